@@ -1,0 +1,11 @@
+"""Algorithm registry: the `algorithm` key of a conf/algo preset -> class."""
+
+from algorithms.ppo import PPO
+
+ALGORITHMS = {"ppo": PPO}
+
+
+def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
+    if kind not in ALGORITHMS:
+        raise ValueError(f"algo.algorithm must be one of {sorted(ALGORITHMS)} (got {kind!r})")
+    return ALGORITHMS[kind](obs_dim, action_dim, discrete, cfg, num_iterations)

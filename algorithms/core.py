@@ -1,0 +1,327 @@
+"""Pieces shared by every algorithm: actor-critic, rollout storage, GAE, PPO losses.
+
+Spec: ../shared/spec/ALGORITHMS.md section 1. Everything here is either a small
+module with explicit state or a pure function of tensors, so that it can be
+tested against hand computations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+# ---------------------------------------------------------------------------
+# Networks
+# ---------------------------------------------------------------------------
+
+
+def layer_init(layer: nn.Linear, gain: float) -> nn.Linear:
+    """Orthogonal weights with the given gain and zero bias (PPO detail #2)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden_sizes, out_dim: int, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    last = in_dim
+    for size in hidden_sizes:
+        layers += [layer_init(nn.Linear(last, size), math.sqrt(2.0)), nn.Tanh()]
+        last = size
+    layers.append(layer_init(nn.Linear(last, out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs; Gaussian (continuous) or Categorical (discrete) policy.
+
+    The Gaussian log-prob and entropy are written out by hand instead of going
+    through torch.distributions: same numbers, no per-call distribution object
+    and argument validation in the rollout hot path.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, hidden_sizes=(64, 64)):
+        super().__init__()
+        self.discrete = discrete
+        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.actor = mlp(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
+        if not discrete:
+            # State-independent log std, initialised at 0 (std 1).
+            self.actor_logstd = nn.Parameter(torch.zeros(action_dim))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        params = list(self.actor.parameters())
+        if not self.discrete:
+            params.append(self.actor_logstd)
+        return params
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample an action; return (action, log_prob, value)."""
+        head = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(head, dim=-1)
+            action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+            log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        else:
+            std = self.actor_logstd.exp()
+            noise = torch.randn_like(head)
+            action = head + std * noise
+            # (action - mean) / std is exactly the noise we drew.
+            log_prob = (-0.5 * noise.pow(2) - self.actor_logstd - LOG_SQRT_2PI).sum(-1)
+        return action, log_prob, self.value(obs)
+
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        head = self.actor(obs)
+        return head.argmax(-1) if self.discrete else head
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
+        """Log-prob and entropy of stored actions under the current policy, and values."""
+        head = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(head, dim=-1)
+            log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+        else:
+            log_std = self.actor_logstd.expand_as(head)
+            z = (actions - head) * torch.exp(-log_std)
+            log_prob = (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
+            entropy = (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
+        return log_prob, entropy, self.value(obs)
+
+
+# ---------------------------------------------------------------------------
+# Running statistics: observation normalisation and reward scaling
+# ---------------------------------------------------------------------------
+
+
+class RunningMeanStd:
+    """Parallel-update running mean/variance (Chan et al.), as in OpenAI baselines.
+
+    Kept as plain numpy state (not a gym wrapper) because it belongs to the
+    agent: it is checkpointed with the networks and frozen for evaluation.
+    """
+
+    def __init__(self, shape=(), epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = epsilon
+
+    def update(self, batch: np.ndarray) -> None:
+        batch_mean = batch.mean(axis=0)
+        batch_var = batch.var(axis=0)
+        batch_count = batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.var = m2 / total
+        self.count = total
+
+    def state_dict(self) -> dict:
+        # Tensors, not numpy arrays: checkpoints then load with torch.load(weights_only=True).
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean = np.asarray(state["mean"], np.float64).copy()
+        self.var = np.asarray(state["var"], np.float64).copy()
+        self.count = float(state["count"])
+
+
+class ObservationNormalizer:
+    """obs -> clip((obs - mean) / sqrt(var + eps), -clip, clip); identity when disabled."""
+
+    def __init__(self, shape, enabled: bool, clip: float = 10.0, epsilon: float = 1e-8):
+        self.enabled = enabled
+        self.clip = clip
+        self.epsilon = epsilon
+        self.rms = RunningMeanStd(shape)
+
+    def __call__(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        if not self.enabled:
+            return obs
+        if update:
+            self.rms.update(obs)
+        normalized = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
+        return np.clip(normalized, -self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return self.rms.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rms.load_state_dict(state)
+
+
+class RewardScaler:
+    """Divide rewards by the running std of the discounted return, then clip (PPO detail #30-31).
+
+    The discounted return restarts at every episode end. Reset steps (reward 0,
+    action ignored) are skipped so that they neither decay nor count.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, enabled: bool, clip: float = 10.0, epsilon: float = 1e-8):
+        self.enabled = enabled
+        self.gamma = gamma
+        self.clip = clip
+        self.epsilon = epsilon
+        self.rms = RunningMeanStd(())
+        self.discounted_return = np.zeros(num_envs, np.float64)
+
+    def __call__(self, rewards: np.ndarray, episode_ended: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return rewards
+        self.discounted_return = np.where(valid, self.discounted_return * self.gamma + rewards, self.discounted_return)
+        if valid.any():
+            self.rms.update(self.discounted_return[valid])
+        scaled = rewards / np.sqrt(self.rms.var + self.epsilon)
+        self.discounted_return[episode_ended] = 0.0
+        return np.clip(scaled, -self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return {"rms": self.rms.state_dict(), "discounted_return": torch.tensor(self.discounted_return)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rms.load_state_dict(state["rms"])
+        self.discounted_return = np.asarray(state["discounted_return"], np.float64).copy()
+
+
+# ---------------------------------------------------------------------------
+# Rollout storage
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """T steps x N envs, preallocated once and overwritten every iteration.
+
+    Row t of env i holds obs_t, the action taken there and what came back:
+    reward_t (scaled, what the losses see; raw_rewards keeps the env's own),
+    terminated_t, truncated_t. `valid` is False on a reset step (the
+    step after an episode ended under Gymnasium's NEXT_STEP autoreset): its
+    action was ignored by the env, its reward is 0, and its obs is the final
+    observation of the finished episode - which is exactly what a truncated
+    row t-1 needs to bootstrap from (values[t]).
+    `next_value` is V(obs_T) for the observation after the last row.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    raw_rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
+    next_value: torch.Tensor
+
+    @classmethod
+    def allocate(cls, num_steps: int, num_envs: int, obs_dim: int, action_shape: tuple) -> "Rollout":
+        T, N = num_steps, num_envs
+        return cls(
+            obs=torch.zeros(T, N, obs_dim),
+            actions=torch.zeros((T, N) + tuple(action_shape)),
+            log_probs=torch.zeros(T, N),
+            values=torch.zeros(T, N),
+            rewards=torch.zeros(T, N),
+            raw_rewards=torch.zeros(T, N),
+            terminated=torch.zeros(T, N, dtype=torch.bool),
+            truncated=torch.zeros(T, N, dtype=torch.bool),
+            valid=torch.ones(T, N, dtype=torch.bool),
+            next_value=torch.zeros(N),
+        )
+
+    @property
+    def num_steps(self) -> int:
+        return self.obs.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.obs.shape[1]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    valid: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over a [T, N] rollout; returns (advantages, returns).
+
+    - terminated_t: no bootstrap, the recursion stops.
+    - truncated_t:  bootstrap from V(final obs) = values[t+1] (the reset row's obs,
+                    or next_value at t = T-1), and the recursion stops.
+    - reset rows (valid False): advantage and return 0; they never feed a loss.
+    Works on any leading-dim layout [T, ...], so HP3O reuses it on single trajectories.
+    """
+    next_values = torch.cat([values[1:], next_value.unsqueeze(0)], dim=0)
+    not_terminated = (~terminated).to(values.dtype)
+    episode_continues = (~(terminated | truncated)).to(values.dtype)
+    deltas = rewards + gamma * next_values * not_terminated - values
+    advantages = torch.zeros_like(values)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(values.shape[0])):
+        last = deltas[t] + gamma * gae_lambda * episode_continues[t] * last
+        advantages[t] = last
+    advantages = advantages * valid.to(values.dtype)
+    returns = (advantages + values) * valid.to(values.dtype)
+    return advantages, returns
+
+
+# ---------------------------------------------------------------------------
+# PPO losses (pure functions)
+# ---------------------------------------------------------------------------
+
+
+def normalize_advantages(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    if advantages.numel() < 2:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + eps)
+
+
+def clipped_policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float):
+    """-E[min(r A, clip(r, 1-eps, 1+eps) A)]; also returns ratio, approx KL (k3) and clip fraction."""
+    log_ratio = new_log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    unclipped = advantages * ratio
+    clipped = advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    loss = -torch.min(unclipped, clipped).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return loss, ratio.detach(), approx_kl, clip_fraction
+
+
+def value_loss(new_values, old_values, returns, clip_coef: float | None):
+    """0.5 * squared error; with clip_coef, the max of clipped and unclipped errors (PPO detail #9)."""
+    unclipped = (new_values - returns).pow(2)
+    if clip_coef is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+    clipped = (clipped_values - returns).pow(2)
+    return 0.5 * torch.max(unclipped, clipped).mean()
+
+
+def make_optimizer(params, kind: str, lr: float, momentum: float = 0.0, nesterov: bool = False,
+                   betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """One place that turns an optimizer config into a torch optimizer (PPO, Outer-PPO inner/outer)."""
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+    raise ValueError(f"optimizer type must be one of sgd, adam, adamw (got {kind!r})")

@@ -1,0 +1,177 @@
+"""Classic PPO (Schulman et al. 2017, arXiv:1707.06347), spec section 2.
+
+This class is also the shared algorithm core: Outer-PPO and HP3O subclass it
+and override only the part where their paper differs (the update).
+The trainer drives every algorithm through the same four calls:
+    act(obs) -> action, log_prob, value     (stochastic, rollout)
+    act_deterministic(obs) -> action        (evaluation)
+    value(obs) -> V(obs)                    (bootstrap)
+    update(rollout, iteration) -> stats     (learning)
+plus state_dict / load_state_dict for checkpoints.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from algorithms.core import (
+    ActorCritic,
+    Rollout,
+    clipped_policy_loss,
+    compute_gae,
+    make_optimizer,
+    normalize_advantages,
+    value_loss,
+)
+
+Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
+
+
+class PPO:
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
+        self.cfg = cfg
+        self.num_iterations = num_iterations
+        self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
+        self.optimizer = self.build_optimizer()
+
+    # -- construction -------------------------------------------------------
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """PPO's optimizer: Adam with eps 1e-5 over actor and critic (PPO detail #3)."""
+        return make_optimizer(self.policy.parameters(), "adam", lr=self.cfg.lr, eps=self.cfg.adam_eps)
+
+    # -- acting (called under torch.inference_mode by the trainer) ---------
+
+    def act(self, obs: torch.Tensor):
+        return self.policy.act(obs)
+
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy.act_deterministic(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy.value(obs)
+
+    # -- learning -------------------------------------------------------------
+
+    def annealed_lr(self, iteration: int) -> float:
+        """Linear annealing to 0 over the run (PPO detail #4); iteration counts from 1."""
+        if not self.cfg.anneal_lr:
+            return self.cfg.lr
+        return self.cfg.lr * (1.0 - (iteration - 1) / self.num_iterations)
+
+    def set_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+    def flatten_rollout(self, rollout: Rollout) -> Batch:
+        """GAE over the rollout, then keep only valid rows (reset rows never reach a loss)."""
+        advantages, returns = compute_gae(
+            rollout.rewards, rollout.values, rollout.next_value, rollout.terminated,
+            rollout.truncated, rollout.valid, self.cfg.gamma, self.cfg.gae_lambda,
+        )
+        valid = rollout.valid.reshape(-1)
+        obs_dim = rollout.obs.shape[-1]
+        action_shape = rollout.actions.shape[2:]
+        return {
+            "obs": rollout.obs.reshape(-1, obs_dim)[valid],
+            "actions": rollout.actions.reshape((-1,) + tuple(action_shape))[valid],
+            "log_probs": rollout.log_probs.reshape(-1)[valid],
+            "values": rollout.values.reshape(-1)[valid],
+            "advantages": advantages.reshape(-1)[valid],
+            "returns": returns.reshape(-1)[valid],
+        }
+
+    def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
+        lr = self.annealed_lr(iteration)
+        self.set_lr(self.optimizer, lr)
+        batch = self.flatten_rollout(rollout)
+        stats = self.optimize(batch, self.optimizer)
+        stats["lr"] = lr
+        return stats
+
+    def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        """E epochs x M shuffled minibatches of the PPO loss on a fixed batch (spec section 2)."""
+        cfg = self.cfg
+        num_samples = batch["obs"].shape[0]
+        tracker = StatsTracker()
+        for _epoch in range(cfg.update_epochs):
+            permutation = torch.randperm(num_samples)
+            # tensor_split: M near-equal minibatches even when reset rows were dropped.
+            for indices in torch.tensor_split(permutation, cfg.num_minibatches):
+                minibatch = {key: value[indices] for key, value in batch.items()}
+                tracker.add(self.minibatch_step(minibatch, optimizer))
+            if cfg.target_kl is not None and tracker.last("approx_kl") > cfg.target_kl:
+                break  # early stop (PPO detail: target KL), checked once per epoch
+        stats = tracker.means()
+        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        return stats
+
+    def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+        """One gradient step of -clipped surrogate + c_v * value loss - c_e * entropy."""
+        cfg = self.cfg
+        new_log_prob, entropy, new_values = self.policy.evaluate(minibatch["obs"], minibatch["actions"])
+        advantages = minibatch["advantages"]
+        if cfg.norm_adv:
+            advantages = normalize_advantages(advantages)  # per minibatch (PPO detail #7)
+        pg_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
+            new_log_prob, minibatch["log_probs"], advantages, cfg.clip_coef
+        )
+        v_loss = value_loss(
+            new_values, minibatch["values"], minibatch["returns"], cfg.clip_coef if cfg.clip_vloss else None
+        )
+        entropy_mean = entropy.mean()
+        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
+
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        return {
+            "loss": loss.detach(),
+            "policy_loss": pg_loss.detach(),
+            "value_loss": v_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "approx_kl": approx_kl,
+            "clip_fraction": clip_fraction,
+            "grad_norm": grad_norm.detach(),
+            "ratio_mean": ratio.mean(),
+            "ratio_max": ratio.max(),
+        }
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class StatsTracker:
+    """Collects per-minibatch scalar tensors; averages once at the end (one sync, not one per step)."""
+
+    def __init__(self):
+        self.values: dict[str, list[torch.Tensor]] = {}
+
+    def add(self, stats: dict[str, torch.Tensor]) -> None:
+        for key, value in stats.items():
+            self.values.setdefault(key, []).append(value)
+
+    def last(self, key: str) -> float:
+        return float(self.values[key][-1])
+
+    def means(self) -> dict[str, float]:
+        out = {}
+        for key, items in self.values.items():
+            stacked = torch.stack(items)
+            out[key] = float(stacked.max()) if key == "ratio_max" else float(stacked.mean())
+        return out
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var_returns = returns.var()
+    if var_returns == 0:
+        return float("nan")
+    return float(1.0 - (returns - values).var() / var_returns)

@@ -1,0 +1,147 @@
+"""Config validation: every error is one line naming the key and the allowed range, before any env exists."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; str(error) is one line per problem."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# A rule: (key, check(value) -> bool, allowed-range text)
+Rule = tuple[str, Callable[[Any], bool], str]
+
+
+def positive_int(key: str, minimum: int = 1) -> Rule:
+    return key, lambda v: _is_int(v) and v >= minimum, f"an integer >= {minimum}"
+
+
+def positive_number(key: str) -> Rule:
+    return key, lambda v: _is_number(v) and v > 0, "a number > 0"
+
+
+def non_negative_number(key: str) -> Rule:
+    return key, lambda v: _is_number(v) and v >= 0, "a number >= 0"
+
+
+def unit_interval(key: str, low_open: bool = False) -> Rule:
+    text = "a number in (0, 1]" if low_open else "a number in [0, 1]"
+    return key, lambda v: _is_number(v) and (v > 0 if low_open else v >= 0) and v <= 1, text
+
+
+def boolean(key: str) -> Rule:
+    return key, lambda v: isinstance(v, bool), "true or false"
+
+
+def optional_positive_number(key: str) -> Rule:
+    return key, lambda v: v is None or (_is_number(v) and v > 0), "null or a number > 0"
+
+
+def one_of(key: str, options) -> Rule:
+    return key, lambda v: v in options, "one of " + ", ".join(map(str, options))
+
+
+COMMON_RULES: list[Rule] = [
+    positive_int("seed", minimum=0),
+    positive_int("total_steps"),
+    one_of("device", ["cpu"]),
+    positive_int("torch_threads"),
+    positive_int("eval.every_steps"),
+    positive_int("eval.episodes"),
+    boolean("eval.at_start"),
+    boolean("logging.tensorboard"),
+    boolean("logging.progress_bar"),
+    boolean("logging.checkpoint"),
+    ("env.id", lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"),
+    positive_int("env.num_envs"),
+    positive_int("env.num_steps"),
+    boolean("env.normalize_obs"),
+    boolean("env.scale_reward"),
+    positive_number("env.obs_clip"),
+    positive_number("env.reward_clip"),
+]
+
+PPO_RULES: list[Rule] = [
+    ("algo.hidden_sizes", lambda v: isinstance(v, list) and len(v) > 0 and all(_is_int(x) and x > 0 for x in v),
+     "a non-empty list of positive integers"),
+    positive_number("algo.lr"),
+    boolean("algo.anneal_lr"),
+    positive_number("algo.adam_eps"),
+    unit_interval("algo.gamma", low_open=True),
+    unit_interval("algo.gae_lambda"),
+    positive_int("algo.update_epochs"),
+    positive_int("algo.num_minibatches"),
+    positive_number("algo.clip_coef"),
+    boolean("algo.clip_vloss"),
+    boolean("algo.norm_adv"),
+    non_negative_number("algo.ent_coef"),
+    non_negative_number("algo.vf_coef"),
+    positive_number("algo.max_grad_norm"),
+    optional_positive_number("algo.target_kl"),
+]
+
+# Extra rules per algorithm kind (the `algorithm` key of a preset); PPO's apply to all.
+ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": []}
+
+
+def _get(container: dict, dotted: str):
+    node = container
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Raise ConfigError listing every invalid key, one line each."""
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as error:  # an interpolation that cannot resolve
+        raise ConfigError(f"config does not resolve: {error}") from None
+    errors: list[str] = []
+
+    kind = data.get("algo", {}).get("algorithm")
+    if kind not in ALGORITHM_RULES:
+        raise ConfigError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHM_RULES))} (got {kind!r})")
+
+    for key, check, allowed in COMMON_RULES + PPO_RULES + ALGORITHM_RULES[kind]:
+        try:
+            value = _get(data, key)
+        except KeyError:
+            errors.append(f"{key} is missing (must be {allowed})")
+            continue
+        if not check(value):
+            errors.append(f"{key} must be {allowed}, got {value!r}")
+
+    if not errors:
+        errors += _cross_checks(data)
+    if errors:
+        raise ConfigError("\n".join(errors))
+
+
+def _cross_checks(data: dict) -> list[str]:
+    errors = []
+    env, algo = data["env"], data["algo"]
+    rollout = env["num_envs"] * env["num_steps"]
+    if data["total_steps"] < rollout:
+        errors.append(
+            f"total_steps must be >= one rollout (env.num_envs * env.num_steps = {rollout}), got {data['total_steps']}"
+        )
+    if algo["algorithm"] in ("ppo", "outer_ppo") and rollout % algo["num_minibatches"] != 0:
+        errors.append(
+            f"algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = {rollout}, "
+            f"got {algo['num_minibatches']}"
+        )
+    return errors
