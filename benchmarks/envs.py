@@ -20,6 +20,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, record_stats: bool = 
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+        disable_env_checker=True,  # the passive checker wraps every step; the tasks are Gymnasium's own
     )
     if record_stats:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)

@@ -1,0 +1,72 @@
+"""run.py from the command line: bad input fails fast with one clear line; a good run lands where expected."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def run_cli(*overrides, cwd=ROOT):
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.lr=0"], "config error: algo.lr must be a number > 0, got 0"),
+        (["algo.lr=-3e-4"], "config error: algo.lr must be a number > 0, got -0.0003"),
+        (["algo.clip_coef=0"], "config error: algo.clip_coef must be a number > 0, got 0"),
+        (["algo.clip_coef=-0.1"], "config error: algo.clip_coef must be a number > 0, got -0.1"),
+        (["algo.num_minibatches=3"],
+         "config error: algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = 512, got 3"),
+        (["total_steps=100"],
+         "config error: total_steps must be >= one rollout (env.num_envs * env.num_steps = 512), got 100"),
+        (["algo.update_epochs=ten"], "config error: algo.update_epochs must be an integer >= 1, got 'ten'"),
+        (["algo.update_epochs=2.5"], "config error: algo.update_epochs must be an integer >= 1, got 2.5"),
+        (["algo.gamma=1.5"], "config error: algo.gamma must be a number in (0, 1], got 1.5"),
+        (["algo.anneal_lr=yes"], "config error: algo.anneal_lr must be true or false, got 'yes'"),
+        (["env.num_envs=0"], "config error: env.num_envs must be an integer >= 1, got 0"),
+        (["seed=-1"], "config error: seed must be an integer >= 0, got -1"),
+        (["device=tpu"], "config error: device must be one of cpu, got 'tpu'"),
+    ],
+)
+def test_bad_value_fails_with_one_clear_line_before_any_env(overrides, message, tmp_path):
+    result = run_cli(*overrides, f"hydra.run.dir={tmp_path}/run")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [message]
+    assert not (tmp_path / "run" / "train.csv").exists()  # nothing was trained
+
+
+def test_several_bad_values_are_all_reported(tmp_path):
+    result = run_cli("algo.lr=0", "algo.clip_coef=0", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "config error: algo.lr must be a number > 0, got 0",
+        "config error: algo.clip_coef must be a number > 0, got 0",
+    ]
+
+
+@pytest.mark.parametrize("group, option", [("algo", "nope"), ("env", "NoSuchTask")])
+def test_unknown_option_names_the_available_ones(group, option):
+    result = run_cli(f"{group}={option}")
+    assert result.returncode != 0
+    assert f"Could not find '{group}/{option}'" in result.stderr
+    assert f"Available options in '{group}'" in result.stderr
+    assert ("ppo" if group == "algo" else "HalfCheetah") in result.stderr
+
+
+def test_run_directory_is_derived_from_env_algo_and_seed(tmp_path):
+    result = run_cli("total_steps=512", "seed=3", "eval.episodes=1", "logging.tensorboard=false", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "runs" / "CartPole" / "ppo" / "seed3"
+    for name in ("train.csv", "eval.csv", "episodes.csv", "summary.json", "checkpoint.pt"):
+        assert (run_dir / name).exists(), name
+
+
+def test_tensorboard_event_file_is_written(tmp_path):
+    result = run_cli("total_steps=512", "eval.episodes=1", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "tb").glob("events.out.tfevents*"))

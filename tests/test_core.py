@@ -1,0 +1,148 @@
+"""Pure pieces of the shared core against hand computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from algorithms.core import (
+    ActorCritic,
+    RewardScaler,
+    RunningMeanStd,
+    clipped_policy_loss,
+    compute_gae,
+    value_loss,
+)
+
+
+def column(*xs, dtype=torch.float32):
+    return torch.tensor(xs, dtype=dtype).unsqueeze(1)  # [T, 1]
+
+
+def test_gae_termination_truncation_and_reset_step_by_hand():
+    # One env, 6 rows:
+    #   t0 normal, t1 terminated, t2 reset row (obs = t1's final obs), t3 truncated,
+    #   t4 reset row (obs = t3's true final obs: bootstrap source), t5 normal, then next_value.
+    gamma, lam = 0.9, 0.8
+    rewards = column(1.0, 2.0, 0.0, 3.0, 0.0, 4.0)
+    values = column(0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    next_value = torch.tensor([1.1])
+    terminated = column(0, 1, 0, 0, 0, 0, dtype=torch.bool)
+    truncated = column(0, 0, 0, 1, 0, 0, dtype=torch.bool)
+    valid = column(1, 1, 0, 1, 0, 1, dtype=torch.bool)
+
+    adv, ret = compute_gae(rewards, values, next_value, terminated, truncated, valid, gamma, lam)
+
+    a5 = 4.0 + gamma * 1.1 - 1.0                      # bootstraps from next_value
+    a3 = 3.0 + gamma * 0.9 - 0.8                      # truncated: bootstraps V(final obs) = values[4], stops
+    a1 = 2.0 - 0.6                                    # terminated: no bootstrap, stops
+    a0 = (1.0 + gamma * 0.6 - 0.5) + gamma * lam * a1
+    expected = torch.tensor([a0, a1, 0.0, a3, 0.0, a5]).unsqueeze(1)
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ret, (expected + values) * valid, rtol=0, atol=1e-6)
+    # Reset rows carry nothing.
+    assert adv[2].item() == 0.0 and adv[4].item() == 0.0 and ret[2].item() == 0.0
+
+
+def test_gae_reset_row_values_do_not_leak_into_terminated_advantage():
+    # Terminated row 0 must not see row 1's value even if it is huge.
+    rewards, terminated = column(1.0, 0.0), column(1, 0, dtype=torch.bool)
+    truncated, valid = column(0, 0, dtype=torch.bool), column(1, 0, dtype=torch.bool)
+    for poison in (0.0, 1e6):
+        adv, _ = compute_gae(rewards, column(0.25, poison), torch.tensor([poison]), terminated, truncated, valid, 0.99, 0.95)
+        assert adv[0].item() == pytest.approx(0.75)
+
+
+def test_gae_without_episode_ends_is_textbook_recursion():
+    gamma, lam = 0.99, 0.95
+    rewards = torch.tensor([[1.0, 0.5], [0.0, 1.0], [2.0, -1.0]])
+    values = torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]])
+    next_value = torch.tensor([0.7, 0.8])
+    flags = torch.zeros(3, 2, dtype=torch.bool)
+    adv, _ = compute_gae(rewards, values, next_value, flags, flags, ~flags, gamma, lam)
+    for env in range(2):
+        v = values[:, env].tolist() + [next_value[env].item()]
+        last = 0.0
+        for t in reversed(range(3)):
+            last = rewards[t, env].item() + gamma * v[t + 1] - v[t] + gamma * lam * last
+            assert adv[t, env].item() == pytest.approx(last, abs=1e-6)
+
+
+def test_clipped_policy_loss_on_known_inputs():
+    old = torch.zeros(4)
+    ratios = torch.tensor([0.5, 1.0, 1.1, 1.5])
+    new = ratios.log()
+    adv = torch.tensor([1.0, -1.0, 2.0, 1.0])
+    loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(new, old, adv, clip_coef=0.2)
+    # min(r*A, clip(r)*A): 0.5*1=0.5 vs 0.8*1 -> 0.5; -1; 2.2 vs 2.2 -> 2.2; 1.5 vs 1.2 -> 1.2
+    assert loss.item() == pytest.approx(-(0.5 - 1.0 + 2.2 + 1.2) / 4, abs=1e-6)
+    assert clip_fraction.item() == pytest.approx(0.5)  # 0.5 and 1.5 are outside [0.8, 1.2]
+    expected_kl = float(((ratios - 1) - ratios.log()).mean())
+    assert approx_kl.item() == pytest.approx(expected_kl, abs=1e-6)
+    torch.testing.assert_close(ratio, ratios)
+
+
+def test_value_loss_clipped_and_unclipped_on_known_inputs():
+    new, old, ret = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([2.0, -1.0])
+    assert value_loss(new, old, ret, None).item() == pytest.approx(0.5 * (1.0 + 1.0) / 2)
+    # clipped prediction for row 0 is 0.2 -> error 1.8^2 = 3.24 > 1.0, row 1 unchanged
+    assert value_loss(new, old, ret, 0.2).item() == pytest.approx(0.5 * (3.24 + 1.0) / 2)
+
+
+def test_gaussian_log_prob_and_entropy_match_torch_distributions():
+    torch.manual_seed(0)
+    policy = ActorCritic(5, 3, discrete=False)
+    with torch.no_grad():
+        policy.actor_logstd.copy_(torch.tensor([-0.5, 0.0, 0.3]))
+    obs = torch.randn(7, 5)
+    action, log_prob, _ = policy.act(obs)
+    mean = policy.actor(obs)
+    reference = torch.distributions.Normal(mean, policy.actor_logstd.exp())
+    torch.testing.assert_close(log_prob, reference.log_prob(action).sum(-1), rtol=0, atol=1e-5)
+    new_log_prob, entropy, _ = policy.evaluate(obs, action)
+    torch.testing.assert_close(new_log_prob, log_prob, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1), rtol=0, atol=1e-5)
+
+
+def test_categorical_log_prob_and_entropy_match_torch_distributions():
+    torch.manual_seed(0)
+    policy = ActorCritic(4, 3, discrete=True)
+    obs = torch.randn(9, 4) * 50  # big inputs so the logits are far from uniform
+    action, log_prob, _ = policy.act(obs)
+    reference = torch.distributions.Categorical(logits=policy.actor(obs))
+    torch.testing.assert_close(log_prob, reference.log_prob(action), rtol=0, atol=1e-5)
+    _, entropy, _ = policy.evaluate(obs, action.float())
+    torch.testing.assert_close(entropy, reference.entropy(), rtol=0, atol=1e-5)
+
+
+def test_network_initialisation_follows_the_spec():
+    policy = ActorCritic(8, 2, discrete=False)
+    head = policy.actor[-1].weight
+    # Orthogonal with gain 0.01: rows are orthogonal with norm 0.01.
+    torch.testing.assert_close(head @ head.T, 1e-4 * torch.eye(2), rtol=0, atol=1e-9)
+    assert torch.all(policy.critic[-1].bias == 0)
+    assert torch.all(policy.actor_logstd == 0)
+
+
+def test_running_mean_std_matches_numpy_over_batches():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(300, 4))
+    rms = RunningMeanStd((4,), epsilon=0.0)
+    for chunk in np.split(data, [1, 50, 51, 200]):
+        rms.update(chunk)
+    np.testing.assert_allclose(rms.mean, data.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(rms.var, data.var(0), rtol=1e-10)
+
+
+def test_reward_scaler_resets_at_episode_end_and_skips_reset_rows():
+    scaler = RewardScaler(num_envs=1, gamma=0.5, enabled=True)
+    yes, no = np.array([True]), np.array([False])
+    scaler(np.array([2.0]), episode_ended=no, valid=yes)
+    assert scaler.discounted_return[0] == pytest.approx(2.0)
+    scaler(np.array([2.0]), episode_ended=yes, valid=yes)
+    assert scaler.discounted_return[0] == 0.0  # episode over: restart
+    count = scaler.rms.count
+    scaler(np.array([0.0]), episode_ended=no, valid=no)  # reset row: neither counted nor decayed
+    assert scaler.rms.count == count and scaler.discounted_return[0] == 0.0
+    assert not math.isnan(scaler.rms.var)
