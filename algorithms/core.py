@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -29,14 +30,25 @@ def layer_init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-def mlp(in_dim: int, hidden_sizes, out_dim: int, out_gain: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    last = in_dim
-    for size in hidden_sizes:
-        layers += [layer_init(nn.Linear(last, size), math.sqrt(2.0)), nn.Tanh()]
-        last = size
-    layers.append(layer_init(nn.Linear(last, out_dim), out_gain))
-    return nn.Sequential(*layers)
+class MLP(nn.Module):
+    """tanh MLP; orthogonal init with gain sqrt(2) on hidden layers and `out_gain` on the head.
+
+    forward() calls F.linear directly: one module call instead of one per layer
+    and activation, which is a third of the policy's cost at batch size 1.
+    """
+
+    def __init__(self, in_dim: int, hidden_sizes, out_dim: int, out_gain: float):
+        super().__init__()
+        sizes = [in_dim, *hidden_sizes]
+        layers = [layer_init(nn.Linear(a, b), math.sqrt(2.0)) for a, b in zip(sizes[:-1], sizes[1:])]
+        layers.append(layer_init(nn.Linear(sizes[-1], out_dim), out_gain))
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        *hidden, head = self.layers
+        for layer in hidden:
+            x = torch.tanh(F.linear(x, layer.weight, layer.bias))
+        return F.linear(x, head.weight, head.bias)
 
 
 class ActorCritic(nn.Module):
@@ -50,8 +62,8 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, hidden_sizes=(64, 64)):
         super().__init__()
         self.discrete = discrete
-        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
-        self.actor = mlp(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
+        self.critic = MLP(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.actor = MLP(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
         if not discrete:
             # State-independent log std, initialised at 0 (std 1).
             self.actor_logstd = nn.Parameter(torch.zeros(action_dim))

@@ -68,6 +68,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     start_time = time.perf_counter()
+    commit = git_commit()  # at start: the code this process actually loaded
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     env_cfg, algo_cfg = cfg.env, cfg.algo
@@ -107,6 +108,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     last_eval = run_evaluation(0, 0) if cfg.eval.at_start else None
     next_eval_at = cfg.eval.every_steps
 
+    # numpy views of the rollout's env-side columns: writing a row through them
+    # costs a fraction of a tensor __setitem__ and shares the same memory.
+    rewards_np, raw_rewards_np = rollout.rewards.numpy(), rollout.raw_rewards.numpy()
+    terminated_np, truncated_np, valid_np = rollout.terminated.numpy(), rollout.truncated.numpy(), rollout.valid.numpy()
+
     for iteration in range(1, num_iterations + 1):
         iteration_start = time.perf_counter()
         episode_returns, episode_lengths = [], []
@@ -118,14 +124,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 rollout.actions[t] = action
                 rollout.log_probs[t] = log_prob
                 rollout.values[t] = value
-                rollout.valid[t] = torch.from_numpy(valid)
+                valid_np[t] = valid
 
                 raw_obs, reward, terminated, truncated, info = envs.step(action.numpy())
                 episode_ended = terminated | truncated
-                rollout.raw_rewards[t] = torch.from_numpy(reward)
-                rollout.rewards[t] = torch.from_numpy(reward_scaler(reward, episode_ended, valid))
-                rollout.terminated[t] = torch.from_numpy(terminated)
-                rollout.truncated[t] = torch.from_numpy(truncated)
+                raw_rewards_np[t] = reward
+                rewards_np[t] = reward_scaler(reward, episode_ended, valid)
+                terminated_np[t] = terminated
+                truncated_np[t] = truncated
                 obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
 
                 if "_episode" in info:
@@ -183,7 +189,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         "wall_time_s": wall_time,
         "sps": env_steps / wall_time,
         "versions": versions(),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json_atomic(run_dir / "summary.json", summary)

@@ -118,10 +118,10 @@ def test_categorical_log_prob_and_entropy_match_torch_distributions():
 
 def test_network_initialisation_follows_the_spec():
     policy = ActorCritic(8, 2, discrete=False)
-    head = policy.actor[-1].weight
+    head = policy.actor.layers[-1].weight
     # Orthogonal with gain 0.01: rows are orthogonal with norm 0.01.
     torch.testing.assert_close(head @ head.T, 1e-4 * torch.eye(2), rtol=0, atol=1e-9)
-    assert torch.all(policy.critic[-1].bias == 0)
+    assert torch.all(policy.critic.layers[-1].bias == 0)
     assert torch.all(policy.actor_logstd == 0)
 
 
