@@ -1,0 +1,112 @@
+"""Per (env, algo) summary of stored runs: final evaluation and CleanRL's training-episode metric.
+
+    python -m benchmarks.summarize results/runs/ppo_mujoco_1M
+    python -m benchmarks.summarize results/runs/ppo_cartpole_100k --plot results/plots/ppo_cartpole_100k.png
+
+A run is a directory with summary.json (status complete), train.csv, eval.csv
+and episodes.csv. Columns:
+- final_eval: deterministic-policy evaluation at the end of training, mean +- std over seeds;
+- last100_train: CleanRL's metric - per seed, the mean return of the last 100
+  training episodes (stochastic policy), then mean +- std over seeds;
+- sps: env steps per wall-clock second of the whole run (evaluation included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def load_runs(root: Path) -> list[dict]:
+    runs = []
+    for summary_path in sorted(Path(root).rglob("summary.json")):
+        summary = json.loads(summary_path.read_text())
+        if summary.get("status") != "complete":
+            continue
+        run_dir = summary_path.parent
+        runs.append({
+            "env": summary["env"], "algo": summary["algo"], "seed": summary["seed"],
+            "env_steps": summary["env_steps"], "sps": summary["sps"], "dir": run_dir,
+            "eval": pd.read_csv(run_dir / "eval.csv"),
+            "episodes": pd.read_csv(run_dir / "episodes.csv"),
+        })
+    return runs
+
+
+def mean_std(values) -> str:
+    values = np.asarray(values, dtype=float)
+    return f"{values.mean():.2f} +- {values.std():.2f}"
+
+
+def summarize(runs: list[dict]) -> pd.DataFrame:
+    rows = []
+    keyed: dict[tuple, list[dict]] = {}
+    for run in runs:
+        keyed.setdefault((run["env"], run["algo"]), []).append(run)
+    for (env, algo), group in sorted(keyed.items()):
+        final_eval = [run["eval"]["eval_return_mean"].iloc[-1] for run in group]
+        last100 = [run["episodes"]["episode_return"].tail(100).mean() for run in group]
+        rows.append({
+            "env": env, "algo": algo, "seeds": " ".join(str(r["seed"]) for r in sorted(group, key=lambda r: r["seed"])),
+            "env_steps": group[0]["env_steps"],
+            "final_eval": mean_std(final_eval),
+            "last100_train": mean_std(last100),
+            "per_seed_final_eval": " ".join(f"{v:.1f}" for v in final_eval),
+            "sps": f"{np.mean([r['sps'] for r in group]):.0f}",
+        })
+    return pd.DataFrame(rows)
+
+
+def plot_curves(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({run["env"] for run in runs})
+    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for algo in sorted({run["algo"] for run in runs if run["env"] == env}):
+            group = [run for run in runs if run["env"] == env and run["algo"] == algo]
+            curves = pd.concat([run["eval"].set_index("env_steps")["eval_return_mean"] for run in group], axis=1)
+            mean, std = curves.mean(axis=1), curves.std(axis=1, ddof=0)
+            ax.plot(mean.index, mean.values, label=f"{algo} ({len(group)} seeds)")
+            ax.fill_between(mean.index, mean - std, mean + std, alpha=0.2)
+        ax.set_title(env)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("eval return (deterministic), mean +- std")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs_dir", type=Path)
+    parser.add_argument("--plot", type=Path, help="write eval-return curves (mean +- std over seeds) to this PNG")
+    parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
+    args = parser.parse_args(argv)
+    runs = load_runs(args.runs_dir)
+    if not runs:
+        raise SystemExit(f"no complete runs under {args.runs_dir}")
+    print(summarize(runs).to_string(index=False))
+    if args.curve:
+        for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
+            group = [r for r in runs if r["env"] == env and r["algo"] == algo]
+            curves = pd.concat([r["eval"].set_index("env_steps")["eval_return_mean"] for r in group], axis=1)
+            print(f"\n{env} / {algo}: eval return vs env steps (mean, std over {len(group)} seeds)")
+            print(pd.DataFrame({"mean": curves.mean(axis=1).round(1), "std": curves.std(axis=1, ddof=0).round(1)})
+                  .T.to_string())
+    if args.plot:
+        plot_curves(runs, args.plot)
+        print(f"\nwrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Training throughput of this suite's algorithms side by side with Stable-Baselines3 PPO.
+
+    python -m benchmarks.throughput                      # PPO vs SB3: HalfCheetah 1 env, CartPole
+    python -m benchmarks.throughput --repeats 3 --steps 20480 --cases HalfCheetah-1env HalfCheetah-8env CartPole
+    python -m benchmarks.throughput --algos ppo outer_ppo hp3o --no-sb3
+
+Same env, rollout, epochs, minibatch size, network, normalisation and 1 torch
+thread for both. SPS = env steps / training time; for this suite the
+training time is the sum of the logged rollout and update times (evaluation and
+start-up excluded), for SB3 the wall time of model.learn(). Runs alternate
+(ours, SB3, ours, SB3, ...) so that machine noise hits both alike; the ratio of
+medians is printed. Stable-Baselines3 is a benchmark-only dependency
+(`pip install -e .[bench]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from benchmarks.trainer import train
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+# case name -> (env config, overrides that define the rollout)
+CASES = {
+    "HalfCheetah-1env": ("HalfCheetah", []),
+    "HalfCheetah-8env": ("HalfCheetah", ["env.num_envs=8", "env.num_steps=256"]),
+    "CartPole": ("CartPole", []),
+}
+
+
+def compose_config(env: str, algo: str, overrides: list[str], steps: int):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            f"env={env}", f"algo={algo}", f"total_steps={steps}", *overrides,
+            "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
+            "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",
+        ])
+
+
+def ours_sps(cfg) -> float:
+    with tempfile.TemporaryDirectory() as run_dir:
+        train(cfg, Path(run_dir))
+        log = pd.read_csv(Path(run_dir) / "train.csv")
+    return log["env_steps"].iloc[-1] / (log["rollout_time"].sum() + log["update_time"].sum())
+
+
+def sb3_sps(cfg) -> float:
+    """Stable-Baselines3 PPO with the hyperparameters of `cfg` (PPO's)."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env_cfg, algo = cfg.env, cfg.algo
+    venv = make_vec_env(env_cfg.id, n_envs=env_cfg.num_envs, seed=cfg.seed)
+    if env_cfg.normalize_obs or env_cfg.scale_reward:
+        venv = VecNormalize(venv, norm_obs=env_cfg.normalize_obs, norm_reward=env_cfg.scale_reward,
+                            clip_obs=env_cfg.obs_clip, clip_reward=env_cfg.reward_clip, gamma=algo.gamma)
+    rollout = env_cfg.num_envs * env_cfg.num_steps
+    model = SB3PPO(
+        "MlpPolicy", venv, learning_rate=algo.lr, n_steps=env_cfg.num_steps,
+        batch_size=rollout // algo.num_minibatches, n_epochs=algo.update_epochs, gamma=algo.gamma,
+        gae_lambda=algo.gae_lambda, clip_range=algo.clip_coef, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
+        max_grad_norm=algo.max_grad_norm,
+        policy_kwargs=dict(net_arch=dict(pi=list(algo.hidden_sizes), vf=list(algo.hidden_sizes)),
+                           activation_fn=torch.nn.Tanh),
+        device="cpu", seed=cfg.seed, verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(total_timesteps=cfg.total_steps)
+    elapsed = time.perf_counter() - start
+    venv.close()
+    return model.num_timesteps / elapsed
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=["HalfCheetah-1env", "CartPole"], choices=sorted(CASES))
+    parser.add_argument("--algos", nargs="+", default=["ppo"], help="conf/algo presets of this suite")
+    parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+
+    rows = []
+    for case in args.cases:
+        env, overrides = CASES[case]
+        samples: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            for algo in args.algos:
+                samples.setdefault(algo, []).append(ours_sps(compose_config(env, algo, overrides, args.steps)))
+            if not args.no_sb3:
+                samples.setdefault("sb3_ppo", []).append(sb3_sps(compose_config(env, "ppo", overrides, args.steps)))
+        medians = {name: statistics.median(values) for name, values in samples.items()}
+        for name, values in samples.items():
+            row = {"case": case, "impl": name, "median_sps": round(medians[name]),
+                   "runs": " ".join(f"{v:.0f}" for v in values),
+                   "vs_ppo_time_per_step": round(medians["ppo"] / medians[name], 3) if "ppo" in medians else None}
+            if "sb3_ppo" in medians:
+                row["ratio_vs_sb3"] = round(medians[name] / medians["sb3_ppo"], 2)
+            rows.append(row)
+        print(pd.DataFrame([r for r in rows if r["case"] == case]).to_string(index=False), flush=True)
+    print()
+    print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
+    print(pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False))
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    main()
