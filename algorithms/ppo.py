@@ -96,10 +96,10 @@ class PPO:
         num_samples = batch["obs"].shape[0]
         tracker = StatsTracker()
         for _epoch in range(cfg.update_epochs):
+            # One gather per epoch; minibatches are then contiguous views of the shuffled batch.
             permutation = torch.randperm(num_samples)
-            # tensor_split: M near-equal minibatches even when reset rows were dropped.
-            for indices in torch.tensor_split(permutation, cfg.num_minibatches):
-                minibatch = {key: value[indices] for key, value in batch.items()}
+            shuffled = {key: value[permutation] for key, value in batch.items()}
+            for minibatch in split_minibatches(shuffled, cfg.num_minibatches):
                 tracker.add(self.minibatch_step(minibatch, optimizer))
             if cfg.target_kl is not None and tracker.last("approx_kl") > cfg.target_kl:
                 break  # early stop (PPO detail: target KL), checked once per epoch
@@ -168,6 +168,12 @@ class StatsTracker:
             stacked = torch.stack(items)
             out[key] = float(stacked.max()) if key == "ratio_max" else float(stacked.mean())
         return out
+
+
+def split_minibatches(batch: Batch, num_minibatches: int) -> list[Batch]:
+    """M near-equal contiguous minibatches (sizes differ by at most 1 when reset rows were dropped)."""
+    pieces = {key: torch.tensor_split(value, num_minibatches) for key, value in batch.items()}
+    return [{key: pieces[key][i] for key in batch} for i in range(num_minibatches)]
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

@@ -102,3 +102,16 @@ def test_ppo_learns_cartpole(make_config, tmp_path):
                        "logging.tensorboard=false", "logging.progress_bar=false"])
     summary = train(cfg, tmp_path)
     assert summary["final_eval_return_mean"] >= 150
+
+
+@pytest.mark.parametrize("env_name", ["CartPole", "Pendulum"])
+def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path):
+    from benchmarks.evaluate import load_agent
+    from benchmarks.trainer import Evaluator
+
+    cfg = make_config([f"env={env_name}", "total_steps=4096", "eval.every_steps=1000000", "eval.episodes=3",
+                       "logging.tensorboard=false", "logging.progress_bar=false", "eval.at_start=false"])
+    summary = train(cfg, tmp_path)  # evaluates once, at the end, with eval seed = seed + 1_000_000
+    algorithm, obs_normalizer, loaded_cfg = load_agent(tmp_path / "checkpoint.pt")
+    returns = Evaluator(loaded_cfg.env.id, 3, cfg.seed + 1_000_000)(algorithm, obs_normalizer)
+    assert returns.mean() == summary["final_eval_return_mean"]

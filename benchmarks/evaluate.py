@@ -1,0 +1,56 @@
+"""Evaluate a saved agent: rebuild it from checkpoint.pt alone and run deterministic episodes.
+
+    python -m benchmarks.evaluate runs/HalfCheetah/ppo/seed0/checkpoint.pt --episodes 10 --seed 123
+
+The checkpoint holds the resolved config, the networks, the optimizer(s) and
+the normalisation statistics; it is loaded with torch.load(weights_only=True),
+which executes no pickled code.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from algorithms import build_algorithm
+from algorithms.core import ObservationNormalizer
+from benchmarks.envs import make_vector_env, space_dims
+from benchmarks.trainer import Evaluator
+
+
+def load_agent(checkpoint_path: Path):
+    """(algorithm, obs_normalizer, config) restored from a checkpoint."""
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    cfg = OmegaConf.create(checkpoint["config"])
+    probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False)
+    obs_dim, action_dim, discrete, _ = space_dims(probe)
+    probe.close()
+    num_iterations = cfg.total_steps // (cfg.env.num_envs * cfg.env.num_steps)
+    algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations)
+    algorithm.load_state_dict(checkpoint["algorithm"])
+    obs_normalizer = ObservationNormalizer((obs_dim,), cfg.env.normalize_obs, clip=cfg.env.obs_clip)
+    obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
+    return algorithm, obs_normalizer, cfg
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    algorithm, obs_normalizer, cfg = load_agent(args.checkpoint)
+    evaluator = Evaluator(cfg.env.id, args.episodes, args.seed)
+    returns = evaluator(algorithm, obs_normalizer)
+    evaluator.close()
+    print(f"{cfg.algo.name} on {cfg.env.id}: deterministic return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
+          f"over {args.episodes} episodes")
+
+
+if __name__ == "__main__":
+    main()
