@@ -55,8 +55,8 @@ def ours_sps(cfg) -> float:
     return log["env_steps"].iloc[-1] / (log["rollout_time"].sum() + log["update_time"].sum())
 
 
-def sb3_sps(cfg) -> float:
-    """Stable-Baselines3 PPO with the hyperparameters of `cfg` (PPO's)."""
+def sb3_model(cfg):
+    """Stable-Baselines3 PPO with the hyperparameters of `cfg` (env rollout, PPO's algo block)."""
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -67,19 +67,25 @@ def sb3_sps(cfg) -> float:
         venv = VecNormalize(venv, norm_obs=env_cfg.normalize_obs, norm_reward=env_cfg.scale_reward,
                             clip_obs=env_cfg.obs_clip, clip_reward=env_cfg.reward_clip, gamma=algo.gamma)
     rollout = env_cfg.num_envs * env_cfg.num_steps
-    model = SB3PPO(
-        "MlpPolicy", venv, learning_rate=algo.lr, n_steps=env_cfg.num_steps,
-        batch_size=rollout // algo.num_minibatches, n_epochs=algo.update_epochs, gamma=algo.gamma,
-        gae_lambda=algo.gae_lambda, clip_range=algo.clip_coef, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
-        max_grad_norm=algo.max_grad_norm,
+    initial_lr = algo.lr
+    return SB3PPO(
+        "MlpPolicy", venv,
+        learning_rate=(lambda remaining: initial_lr * remaining) if algo.anneal_lr else initial_lr,
+        n_steps=env_cfg.num_steps, batch_size=rollout // algo.num_minibatches, n_epochs=algo.update_epochs,
+        gamma=algo.gamma, gae_lambda=algo.gae_lambda, clip_range=algo.clip_coef, ent_coef=algo.ent_coef,
+        vf_coef=algo.vf_coef, max_grad_norm=algo.max_grad_norm,
         policy_kwargs=dict(net_arch=dict(pi=list(algo.hidden_sizes), vf=list(algo.hidden_sizes)),
-                           activation_fn=torch.nn.Tanh),
+                           activation_fn=torch.nn.Tanh, optimizer_kwargs=dict(eps=algo.adam_eps)),
         device="cpu", seed=cfg.seed, verbose=0,
     )
+
+
+def sb3_sps(cfg) -> float:
+    model = sb3_model(cfg)
     start = time.perf_counter()
     model.learn(total_timesteps=cfg.total_steps)
     elapsed = time.perf_counter() - start
-    venv.close()
+    model.get_env().close()
     return model.num_timesteps / elapsed
 
 
