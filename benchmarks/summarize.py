@@ -14,27 +14,12 @@ and episodes.csv. Columns:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-
-def load_runs(root: Path) -> list[dict]:
-    runs = []
-    for summary_path in sorted(Path(root).rglob("summary.json")):
-        summary = json.loads(summary_path.read_text())
-        if summary.get("status") != "complete":
-            continue
-        run_dir = summary_path.parent
-        runs.append({
-            "env": summary["env"], "algo": summary["algo"], "seed": summary["seed"],
-            "env_steps": summary["env_steps"], "sps": summary["sps"], "dir": run_dir,
-            "eval": pd.read_csv(run_dir / "eval.csv"),
-            "episodes": pd.read_csv(run_dir / "episodes.csv"),
-        })
-    return runs
+from benchmarks.runs import load_runs
 
 
 def mean_std(values) -> str:

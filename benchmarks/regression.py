@@ -1,0 +1,113 @@
+"""Learning-regression check: candidate evaluation curves against committed reference curves.
+
+    python -m benchmarks.regression --reference results/reference/ci --candidate RUNS_DIR
+
+For every (env, algo) of the reference, two metrics per seed from eval.csv:
+- auc:   area under the eval-return curve divided by its span in env steps
+         (the mean return over training: speed of learning);
+- final: the last evaluation's return.
+Verdict per metric, with d = mean(candidate) - mean(reference) over seeds:
+- REGRESSION when both hold:
+    significant: the one-sided (1 - alpha) bootstrap upper bound of d is < 0
+                 (seeds resampled with replacement in each group, fixed RNG);
+    large:       d < -min_effect * progress, where progress is how far the
+                 reference learned: mean(reference final) - mean(reference first eval).
+- MISSING when the candidate has no complete run for a reference (env, algo).
+- ok otherwise.
+Exit status 1 on any REGRESSION or MISSING, else 0. On CPU with the same code
+and seeds the runs are bit-identical and d is exactly 0; the two guards are
+for machines whose floating point differs, where the curves diverge as
+another set of seeds would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.runs import load_runs
+
+METRICS = ("auc", "final")
+
+
+def curve_metrics(eval_table: pd.DataFrame) -> dict[str, float]:
+    steps = eval_table["env_steps"].to_numpy(dtype=float)
+    returns = eval_table["eval_return_mean"].to_numpy(dtype=float)
+    span = steps[-1] - steps[0]
+    auc = float(np.trapezoid(returns, steps) / span) if span > 0 else float(returns[-1])
+    return {"auc": auc, "final": float(returns[-1]), "first": float(returns[0])}
+
+
+def bootstrap_upper_bound(reference: np.ndarray, candidate: np.ndarray, alpha: float, resamples: int,
+                          seed: int = 0) -> float:
+    """One-sided (1 - alpha) upper bound of mean(candidate) - mean(reference), seeds resampled per group."""
+    rng = np.random.default_rng(seed)
+    ref = rng.choice(reference, size=(resamples, len(reference)), replace=True).mean(axis=1)
+    cand = rng.choice(candidate, size=(resamples, len(candidate)), replace=True).mean(axis=1)
+    return float(np.quantile(cand - ref, 1.0 - alpha))
+
+
+def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float, min_effect: float,
+            resamples: int) -> pd.DataFrame:
+    def by_key(runs):
+        grouped: dict[tuple, list[dict]] = {}
+        for run in runs:
+            grouped.setdefault((run["env"], run["algo"]), []).append(curve_metrics(run["eval"]))
+        return grouped
+
+    reference, candidate = by_key(reference_runs), by_key(candidate_runs)
+    rows = []
+    for key in sorted(reference):
+        env, algo = key
+        ref = pd.DataFrame(reference[key])
+        progress = ref["final"].mean() - ref["first"].mean()
+        threshold = -min_effect * abs(progress)
+        if key not in candidate:
+            rows.append({"env": env, "algo": algo, "metric": "-", "reference": "-", "candidate": "-",
+                         "difference": "-", "upper_bound": "-", "threshold": "-", "verdict": "MISSING"})
+            continue
+        cand = pd.DataFrame(candidate[key])
+        for metric in METRICS:
+            ref_values, cand_values = ref[metric].to_numpy(), cand[metric].to_numpy()
+            difference = cand_values.mean() - ref_values.mean()
+            upper = bootstrap_upper_bound(ref_values, cand_values, alpha, resamples)
+            regression = upper < 0 and difference < threshold
+            rows.append({
+                "env": env, "algo": algo, "metric": metric,
+                "reference": f"{ref_values.mean():.1f} +- {ref_values.std():.1f} (n={len(ref_values)})",
+                "candidate": f"{cand_values.mean():.1f} +- {cand_values.std():.1f} (n={len(cand_values)})",
+                "difference": f"{difference:.1f}",
+                "upper_bound": f"{upper:.1f}",
+                "threshold": f"{threshold:.1f}",
+                "verdict": "REGRESSION" if regression else "ok",
+            })
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", type=Path, required=True, help="directory of reference runs")
+    parser.add_argument("--candidate", type=Path, required=True, help="directory of candidate runs")
+    parser.add_argument("--alpha", type=float, default=0.05, help="one-sided significance level")
+    parser.add_argument("--min-effect", type=float, default=0.2,
+                        help="smallest drop that counts, as a fraction of the reference's learning progress")
+    parser.add_argument("--resamples", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    reference_runs = load_runs(args.reference)
+    if not reference_runs:
+        print(f"no complete reference runs under {args.reference}", file=sys.stderr)
+        return 2
+    table = compare(reference_runs, load_runs(args.candidate), args.alpha, args.min_effect, args.resamples)
+    print(table.to_string(index=False))
+    failed = table[table["verdict"] != "ok"]
+    print(f"\nalpha {args.alpha} (one-sided bootstrap, {args.resamples} resamples), min effect {args.min_effect} "
+          f"x reference progress: {len(failed)} failing of {len(table)} rows")
+    return 1 if len(failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
