@@ -1,8 +1,9 @@
 """Algorithm registry: the `algorithm` key of a conf/algo preset -> class."""
 
+from algorithms.outer_ppo import OuterPPO
 from algorithms.ppo import PPO
 
-ALGORITHMS = {"ppo": PPO}
+ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO}
 
 
 def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):

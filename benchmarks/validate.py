@@ -91,8 +91,45 @@ PPO_RULES: list[Rule] = [
     optional_positive_number("algo.target_kl"),
 ]
 
+
+def optimizer_rules(prefix: str, lr_may_be_zero: bool) -> list[Rule]:
+    """An Outer-PPO optimizer block (conf/algo/outer_ppo*.yaml: inner_optimizer, outer_optimizer)."""
+    return [
+        one_of(f"{prefix}.type", ["sgd", "adam", "adamw"]),
+        non_negative_number(f"{prefix}.lr") if lr_may_be_zero else positive_number(f"{prefix}.lr"),
+        (f"{prefix}.momentum", lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+        boolean(f"{prefix}.nesterov"),
+        (f"{prefix}.betas",
+         lambda v: isinstance(v, list) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v),
+         "a list of two numbers in [0, 1)"),
+        positive_number(f"{prefix}.eps"),
+        non_negative_number(f"{prefix}.weight_decay"),
+        # momentum/nesterov are SGD's (adam/adamw: betas[0] is the momentum): checked so
+        # that neither is ignored silently. (Nesterov with momentum 0 is plain SGD, allowed.)
+        (prefix, _momentum_only_on_sgd, "momentum 0 and nesterov false unless type is sgd"),
+    ]
+
+
+def _momentum_only_on_sgd(block) -> bool:
+    if not isinstance(block, dict):
+        return False
+    if block.get("type") == "sgd":
+        return True
+    return block.get("momentum") == 0 and block.get("nesterov") is False
+
+
+# Outer-PPO (spec section 3). The outer lr may be 0: the behaviour parameters then
+# never move (a diagnostic setting and a test case), so it is allowed on purpose.
+OUTER_PPO_RULES: list[Rule] = [
+    *optimizer_rules("algo.inner_optimizer", lr_may_be_zero=False),
+    *optimizer_rules("algo.outer_optimizer", lr_may_be_zero=True),
+    boolean("algo.outer_optimizer.anneal_lr"),
+    non_negative_number("algo.bias_coef"),
+    one_of("algo.apply_to", ["all", "actor"]),
+]
+
 # Extra rules per algorithm kind (the `algorithm` key of a preset); PPO's apply to all.
-ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": []}
+ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": [], "outer_ppo": OUTER_PPO_RULES}
 
 
 def _get(container: dict, dotted: str):
