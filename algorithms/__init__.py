@@ -1,9 +1,10 @@
 """Algorithm registry: the `algorithm` key of a conf/algo preset -> class."""
 
+from algorithms.hp3o import HP3O
 from algorithms.outer_ppo import OuterPPO
 from algorithms.ppo import PPO
 
-ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO}
+ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO, "hp3o": HP3O}
 
 
 def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):

@@ -128,8 +128,20 @@ OUTER_PPO_RULES: list[Rule] = [
     one_of("algo.apply_to", ["all", "actor"]),
 ]
 
+# HP3O / HP3O+ (spec section 4). k <= buffer_size and steps_per_batch >= k are
+# checked in _hp3o_cross_checks (they relate two keys).
+HP3O_RULES: list[Rule] = [
+    positive_int("algo.buffer_size"),
+    positive_int("algo.trajectories_per_batch"),
+    positive_int("algo.steps_per_batch"),
+    positive_int("algo.minibatch_size"),
+    boolean("algo.recompute_advantages"),
+    boolean("algo.best_baseline"),
+    positive_number("algo.baseline_distance_threshold"),
+]
+
 # Extra rules per algorithm kind (the `algorithm` key of a preset); PPO's apply to all.
-ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": [], "outer_ppo": OUTER_PPO_RULES}
+ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": [], "outer_ppo": OUTER_PPO_RULES, "hp3o": HP3O_RULES}
 
 
 def _get(container: dict, dotted: str):
@@ -181,4 +193,17 @@ def _cross_checks(data: dict) -> list[str]:
             f"algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = {rollout}, "
             f"got {algo['num_minibatches']}"
         )
+    if algo["algorithm"] == "hp3o":
+        errors += _hp3o_cross_checks(algo)
+    return errors
+
+
+def _hp3o_cross_checks(algo: dict) -> list[str]:
+    errors = []
+    k = algo["trajectories_per_batch"]
+    if k > algo["buffer_size"]:
+        errors.append(f"algo.trajectories_per_batch must be <= algo.buffer_size = {algo['buffer_size']}, got {k}")
+    if algo["steps_per_batch"] < k:
+        errors.append(f"algo.steps_per_batch must be >= algo.trajectories_per_batch = {k} (at least one step "
+                      f"per trajectory), got {algo['steps_per_batch']}")
     return errors
