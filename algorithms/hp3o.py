@@ -49,12 +49,10 @@ from typing import NamedTuple
 import torch
 
 from algorithms.core import Rollout, compute_gae
-from algorithms.ppo import PPO, Batch, StatsTracker, explained_variance, split_minibatches
+from algorithms.ppo import PPO, Batch
 
 # Per-step fields an unfinished episode accumulates between update() calls.
 STEP_FIELDS = ("obs", "actions", "rewards", "raw_rewards", "log_probs", "values", "collected_at")
-# The batch keys PPO.minibatch_step reads.
-LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")
 
 
 class EndedEpisode(NamedTuple):
@@ -328,40 +326,39 @@ class HP3O(PPO):
             batch = self.flatten_rollout(rollout)
             batch["collected_at"] = torch.full((batch["obs"].shape[0],), iteration, dtype=torch.int64)
             batch["replaced"] = torch.zeros(batch["obs"].shape[0], dtype=torch.bool)
-            stats = self.run_epochs(lambda: batch, iteration)
+
+            def draw_batch() -> Batch:
+                return batch
         else:
             targets = self.update_targets()
-            stats = self.run_epochs(lambda: self.draw_hybrid_batch(targets)[0], iteration)
+
+            def draw_batch() -> Batch:
+                return self.draw_hybrid_batch(targets)[0]
+        counts = {"sampled": 0, "older": 0, "replaced": 0, "epochs": 0}
+
+        def epoch_batches():
+            """A freshly drawn hybrid batch per epoch (drawn lazily: a target-KL stop draws no more)."""
+            for _epoch in range(self.cfg.update_epochs):
+                batch = draw_batch()
+                counts["epochs"] += 1
+                counts["sampled"] += batch["obs"].shape[0]
+                counts["older"] += int((batch["collected_at"] < iteration).sum())
+                counts["replaced"] += int(batch["replaced"].sum())
+                yield batch
+
+        stats = self.run_epochs(epoch_batches(), self.optimizer)  # PPO's loop and loss
+        stats["batch_steps"] = counts["sampled"] / counts["epochs"]
+        stats["old_policy_fraction"] = counts["older"] / counts["sampled"]
+        stats["baseline_replaced_fraction"] = (
+            counts["replaced"] / counts["sampled"] if self.cfg.best_baseline else float("nan")
+        )
         stats.update(self.buffer_stats(iteration))
         stats["lr"] = lr
         return stats
 
-    def run_epochs(self, draw_batch, iteration: int) -> dict[str, float]:
-        """E epochs; each draws a batch and splits it into near-equal minibatches of at most minibatch_size."""
-        cfg = self.cfg
-        tracker = StatsTracker()
-        sampled_values, sampled_returns = [], []
-        sampled = older = replaced = 0
-        for _epoch in range(cfg.update_epochs):
-            batch = draw_batch()
-            num_samples = batch["obs"].shape[0]
-            sampled += num_samples
-            older += int((batch["collected_at"] < iteration).sum())
-            replaced += int(batch["replaced"].sum())
-            sampled_values.append(batch["values"])
-            sampled_returns.append(batch["returns"])
-            permutation = torch.randperm(num_samples)
-            shuffled = {key: batch[key][permutation] for key in LOSS_KEYS}
-            for minibatch in split_minibatches(shuffled, math.ceil(num_samples / cfg.minibatch_size)):
-                tracker.add(self.minibatch_step(minibatch, self.optimizer))
-            if cfg.target_kl is not None and tracker.last("approx_kl") > cfg.target_kl:
-                break  # PPO's early stop, checked once per epoch
-        stats = tracker.means()  # ratio_max is the max over minibatches, the rest are means
-        stats["explained_variance"] = explained_variance(torch.cat(sampled_values), torch.cat(sampled_returns))
-        stats["batch_steps"] = sampled / len(sampled_values)
-        stats["old_policy_fraction"] = older / sampled
-        stats["baseline_replaced_fraction"] = replaced / sampled if cfg.best_baseline else float("nan")
-        return stats
+    def num_minibatches(self, num_samples: int) -> int:
+        """HP3O fixes the minibatch size, not the count: near-equal minibatches of at most minibatch_size."""
+        return math.ceil(num_samples / self.cfg.minibatch_size)
 
     def buffer_stats(self, iteration: int) -> dict[str, float]:
         trajectories = self.buffer.trajectories

@@ -84,22 +84,17 @@ class OuterPPO(PPO):
     # -- learning rates -------------------------------------------------------
 
     def inner_lr(self, iteration: int) -> float:
-        """PPO's schedule (annealed_lr) carried over to the inner optimizer's base lr.
+        """PPO's schedule (algo.anneal_lr) applied to the inner optimizer's base lr.
 
-        When the inner lr is PPO's lr this is PPO's lr bit for bit (the identity test depends on it).
+        Same formula as PPO's, so an inner lr equal to PPO's is PPO's lr bit for bit
+        (the identity test depends on it).
         """
-        base_lr = self.cfg.inner_optimizer.lr
-        if base_lr == self.cfg.lr:
-            return self.annealed_lr(iteration)
-        # The fraction is exactly 1.0 without annealing, so the inner lr is then base_lr exactly.
-        return base_lr * (self.annealed_lr(iteration) / self.cfg.lr)
+        return self.annealed_lr(iteration, base_lr=self.cfg.inner_optimizer.lr)
 
     def outer_lr(self, iteration: int) -> float:
         """Constant unless outer_optimizer.anneal_lr: then the same linear decay as PPO's."""
         outer = self.cfg.outer_optimizer
-        if not outer.anneal_lr:
-            return outer.lr
-        return outer.lr * (1.0 - (iteration - 1) / self.num_iterations)
+        return self.annealed_lr(iteration, base_lr=outer.lr, anneal=outer.anneal_lr)
 
     # -- the update -----------------------------------------------------------
 

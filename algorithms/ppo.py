@@ -12,6 +12,8 @@ plus state_dict / load_state_dict for checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch import nn
 
@@ -26,6 +28,7 @@ from algorithms.core import (
 )
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
+LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")  # what minibatch_step reads
 
 
 class PPO:
@@ -54,11 +57,17 @@ class PPO:
 
     # -- learning -------------------------------------------------------------
 
-    def annealed_lr(self, iteration: int) -> float:
-        """Linear annealing to 0 over the run (PPO detail #4); iteration counts from 1."""
-        if not self.cfg.anneal_lr:
-            return self.cfg.lr
-        return self.cfg.lr * (1.0 - (iteration - 1) / self.num_iterations)
+    def annealed_lr(self, iteration: int, base_lr: float | None = None, anneal: bool | None = None) -> float:
+        """Linear annealing to 0 over the run (PPO detail #4); iteration counts from 1.
+
+        base_lr and anneal default to PPO's own (algo.lr, algo.anneal_lr); Outer-PPO
+        passes its inner and outer optimizers' so that all schedules are one formula.
+        """
+        base_lr = self.cfg.lr if base_lr is None else base_lr
+        anneal = self.cfg.anneal_lr if anneal is None else anneal
+        if not anneal:
+            return base_lr
+        return base_lr * (1.0 - (iteration - 1) / self.num_iterations)
 
     def set_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
         for group in optimizer.param_groups:
@@ -91,20 +100,30 @@ class PPO:
         return stats
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """E epochs x M shuffled minibatches of the PPO loss on a fixed batch (spec section 2)."""
-        cfg = self.cfg
-        num_samples = batch["obs"].shape[0]
+        """PPO's inner loop: E epochs over the same rollout batch (spec section 2)."""
+        return self.run_epochs((batch for _epoch in range(self.cfg.update_epochs)), optimizer)
+
+    def num_minibatches(self, num_samples: int) -> int:
+        """M: PPO splits each epoch's batch into a fixed number of minibatches (HP3O: a fixed size)."""
+        return self.cfg.num_minibatches
+
+    def run_epochs(self, epoch_batches: Iterable[Batch], optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        """The epoch x shuffled-minibatch loop every algorithm shares: one batch per epoch from `epoch_batches`."""
         tracker = StatsTracker()
-        for _epoch in range(cfg.update_epochs):
+        values, returns = [], []
+        for batch in epoch_batches:
+            num_samples = batch["obs"].shape[0]
             # One gather per epoch; minibatches are then contiguous views of the shuffled batch.
             permutation = torch.randperm(num_samples)
-            shuffled = {key: value[permutation] for key, value in batch.items()}
-            for minibatch in split_minibatches(shuffled, cfg.num_minibatches):
+            shuffled = {key: batch[key][permutation] for key in LOSS_KEYS}
+            for minibatch in split_minibatches(shuffled, self.num_minibatches(num_samples)):
                 tracker.add(self.minibatch_step(minibatch, optimizer))
-            if cfg.target_kl is not None and tracker.last("approx_kl") > cfg.target_kl:
+            values.append(batch["values"])
+            returns.append(batch["returns"])
+            if self.cfg.target_kl is not None and tracker.last("approx_kl") > self.cfg.target_kl:
                 break  # early stop (PPO detail: target KL), checked once per epoch
         stats = tracker.means()
-        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        stats["explained_variance"] = explained_variance(torch.cat(values), torch.cat(returns))
         return stats
 
     def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
