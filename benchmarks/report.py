@@ -1,0 +1,224 @@
+"""Stored runs -> result tables and plots. Never trains.
+
+    python -m benchmarks.report                         # every suite under results/runs
+    python -m benchmarks.report results/runs/variants_halfcheetah --out results
+
+For each suite directory (a sweep's hydra.sweep.dir) it writes
+    <out>/tables/<suite>.md and .csv     per (task, algorithm): seeds, budget, final return mean,
+                                         95% bootstrap CI, IQM, AUC, CleanRL's last-100 metric,
+                                         wall time per env step (absolute and relative to PPO),
+                                         probability of improvement over PPO with 95% CI
+    <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps, one line per algorithm,
+                                         mean over seeds with a 95% bootstrap confidence band
+Statistics use fixed random states, so the tables regenerate byte-identically.
+The probability of improvement and its stratified-bootstrap CI come from
+rliable (Agarwal et al. 2021); CIs of per-task means are percentile bootstraps
+over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.runs import load_runs
+
+BOOTSTRAP_RESAMPLES = 2000
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def bootstrap_mean_ci(values: np.ndarray, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean over seeds (rows of `values`; works column-wise for curves)."""
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
+    means = values[picks].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return low, high
+
+
+def interquartile_mean(values) -> float:
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(np.asarray(values, dtype=float), 0.25))
+
+
+def eval_curves(group: list[dict]) -> pd.DataFrame:
+    """Eval return per seed (columns) on the env steps every seed evaluated at (rows)."""
+    curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group}, axis=1)
+    return curves.dropna().sort_index()
+
+
+def area_under_curve(curve: pd.Series) -> float:
+    steps = curve.index.to_numpy(dtype=float)
+    span = steps[-1] - steps[0]
+    return float(np.trapezoid(curve.to_numpy(), steps) / span) if span > 0 else float(curve.iloc[-1])
+
+
+def wall_time_per_step(run: dict) -> float:
+    """Training seconds per env step (rollout + update; evaluation excluded)."""
+    train_log = pd.read_csv(run["dir"] / "train.csv")
+    return float((train_log["rollout_time"].sum() + train_log["update_time"].sum()) / train_log["env_steps"].iloc[-1])
+
+
+def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> tuple[float, float, float]:
+    """P(candidate > baseline) on one task, with rliable's stratified-bootstrap 95% CI."""
+    import warnings
+
+    from rliable import library as rly
+    from rliable import metrics
+
+    # arch warns that random_state is deprecated; it is what makes the CI reproducible here.
+    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
+
+    scores = {"pair": [candidate.reshape(-1, 1), baseline.reshape(-1, 1)]}
+    point, interval = rly.get_interval_estimates(
+        scores, lambda x, y: metrics.probability_of_improvement(x, y), reps=BOOTSTRAP_RESAMPLES,
+        random_state=np.random.RandomState(0),
+    )
+    low, high = np.ravel(interval["pair"])
+    return float(point["pair"]), float(low), float(high)
+
+
+def suite_table(runs: list[dict]) -> pd.DataFrame:
+    grouped: dict[tuple, list[dict]] = {}
+    for run in runs:
+        grouped.setdefault((run["env"], run["algo"]), []).append(run)
+    rows = []
+    for (env, algo), group in sorted(grouped.items()):
+        group = sorted(group, key=lambda r: r["seed"])
+        curves = eval_curves(group)
+        finals = curves.iloc[-1].to_numpy()
+        aucs = np.array([area_under_curve(curves[seed]) for seed in curves.columns])
+        low, high = bootstrap_mean_ci(finals)
+        seconds_per_step = np.mean([wall_time_per_step(run) for run in group])
+        row = {
+            "task": env, "algo": algo, "seeds": len(group), "env_steps": int(curves.index[-1]),
+            "final_mean": finals.mean(), "final_ci_low": low, "final_ci_high": high,
+            "final_std": finals.std(), "final_iqm": interquartile_mean(finals),
+            "auc_mean": aucs.mean(),
+            "last100_train_mean": np.mean([run["episodes"]["episode_return"].tail(100).mean() for run in group]),
+            "us_per_step": 1e6 * seconds_per_step,
+        }
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    # Relative to PPO on the same task: time per step and probability of improvement (final return).
+    for index, row in table.iterrows():
+        ppo = table[(table["task"] == row["task"]) & (table["algo"] == "ppo")]
+        if ppo.empty:
+            continue
+        table.loc[index, "time_vs_ppo"] = row["us_per_step"] / ppo["us_per_step"].iloc[0]
+        if row["algo"] != "ppo":
+            candidate = eval_curves(grouped[(row["task"], row["algo"])]).iloc[-1].to_numpy()
+            baseline = eval_curves(grouped[(row["task"], "ppo")]).iloc[-1].to_numpy()
+            point, low, high = probability_of_improvement(candidate, baseline)
+            table.loc[index, ["poi_vs_ppo", "poi_ci_low", "poi_ci_high"]] = [point, low, high]
+    return table
+
+
+def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
+    shown = pd.DataFrame({
+        "task": table["task"], "algo": table["algo"], "seeds": table["seeds"], "env steps": table["env_steps"],
+        "final return (mean [95% CI])": [f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in
+                                         zip(table["final_mean"], table["final_ci_low"], table["final_ci_high"])],
+        "final std": table["final_std"].map(lambda v: f"{v:.1f}"),
+        "final IQM": table["final_iqm"].map(lambda v: f"{v:.1f}"),
+        "AUC": table["auc_mean"].map(lambda v: f"{v:.1f}"),
+        "last-100 train": table["last100_train_mean"].map(lambda v: f"{v:.1f}"),
+        "us/step": table["us_per_step"].map(lambda v: f"{v:.0f}"),
+        "time vs PPO": table.get("time_vs_ppo", pd.Series(np.nan, index=table.index)).map(
+            lambda v: "" if pd.isna(v) else f"{v:.2f}x"),
+        "P(improve over PPO) [95% CI]": [
+            "" if pd.isna(p) else f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
+            for p, lo, hi in zip(table.get("poi_vs_ppo", pd.Series(np.nan, index=table.index)),
+                                 table.get("poi_ci_low", pd.Series(np.nan, index=table.index)),
+                                 table.get("poi_ci_high", pd.Series(np.nan, index=table.index)))],
+    })
+    header = (
+        f"# {suite}\n\n"
+        f"Made by `{command}`; table by `python -m benchmarks.report results/runs/{suite}`.\n"
+        f"Final return: deterministic evaluation at the end of training (10 episodes per seed), mean over seeds "
+        f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
+        f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
+        f"stochastic policy); us/step = training wall time per env step (evaluation excluded); "
+        f"P(improve over PPO) = rliable's probability of improvement on the final return, stratified bootstrap CI.\n\n"
+    )
+    return header + shown.to_markdown(index=False) + "\n"
+
+
+def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for env in sorted({run["env"] for run in runs}):
+        fig, ax = plt.subplots(figsize=(8.0, 4.2))
+        algos = sorted({run["algo"] for run in runs if run["env"] == env}, key=lambda a: (a != "ppo", a))
+        for algo in algos:
+            group = [run for run in runs if run["env"] == env and run["algo"] == algo]
+            curves = eval_curves(group)
+            mean = curves.mean(axis=1)
+            low, high = bootstrap_mean_ci(curves.to_numpy().T)
+            style = {"color": "black", "linewidth": 2.0} if algo == "ppo" else {"linewidth": 1.4}
+            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} (n={curves.shape[1]})", **style)
+            ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
+        ax.set_title(f"{env}: evaluation return (mean, 95% bootstrap CI over seeds)", fontsize=10)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("deterministic evaluation return")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        fig.tight_layout()
+        for suffix in (".png", ".svg"):
+            path = plots_dir / f"{suite}_{env}{suffix}"
+            fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def suite_command(suite_dir: Path) -> str:
+    """The sweep command, read from Hydra's multirun.yaml when present."""
+    multirun = suite_dir / "multirun.yaml"
+    if multirun.exists():
+        from omegaconf import OmegaConf
+
+        overrides = OmegaConf.load(multirun).hydra.overrides.task
+        experiment = [o for o in overrides if o.startswith("+experiment=")]
+        if experiment:
+            return f"python run.py -m {experiment[0]}"
+    return f"python run.py -m ... hydra.sweep.dir={suite_dir}"
+
+
+def report_suite(suite_dir: Path, out: Path) -> None:
+    runs = load_runs(suite_dir)
+    if not runs:
+        print(f"{suite_dir}: no complete runs, skipped")
+        return
+    suite = suite_dir.name
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    table = suite_table(runs)
+    table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
+    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir)))
+    plots = plot_suite(runs, suite, out / "plots")
+    print(f"{suite}: {len(runs)} runs -> tables/{suite}.md, .csv and {len(plots)} plot files")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", type=Path, help="suite directories (default: every results/runs/*)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    suites = args.suites or sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
+    for suite_dir in suites:
+        report_suite(suite_dir, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The CI learning-regression check: every preset against committed reference curves, and proof that it bites.
+
+The references in results/reference/ci come from `python run.py -m +experiment=regression_ci`.
+Each (env, algo) test here retrains the same configs and runs benchmarks.regression's
+comparison on them. The bug tests inject a real learning bug through a test-only
+monkeypatch and require a REGRESSION verdict.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+import algorithms.hp3o
+import algorithms.ppo
+from algorithms.core import compute_gae
+from benchmarks.regression import compare, main as regression_main
+from benchmarks.runs import load_runs
+from benchmarks.trainer import train
+from conftest import ROOT, compose_config
+
+REFERENCE = ROOT / "results" / "reference" / "ci"
+EXPERIMENT = OmegaConf.load(ROOT / "conf" / "experiment" / "regression_ci.yaml")
+PARAMS = EXPERIMENT.hydra.sweeper.params
+ENVS, ALGOS = PARAMS.env.split(","), PARAMS.algo.split(",")
+SEEDS = [int(seed) for seed in str(PARAMS.seed).split(",")]
+ALPHA, MIN_EFFECT, RESAMPLES = 0.05, 0.2, 10_000  # the command's defaults
+
+
+def train_candidates(env: str, algo: str, run_root: Path) -> list[dict]:
+    for seed in SEEDS:
+        cfg = compose_config(["+experiment=regression_ci", f"env={env}", f"algo={algo}", f"seed={seed}"])
+        train(cfg, run_root / env / algo / f"seed{seed}")
+    return load_runs(run_root)
+
+
+def verdicts(env: str, algo: str, candidate_runs: list[dict]) -> pd.DataFrame:
+    reference_runs = [r for r in load_runs(REFERENCE) if (r["env"], r["algo"]) == (env, algo)]
+    assert len(reference_runs) == len(SEEDS), f"reference runs for {env}/{algo} missing under {REFERENCE}"
+    table = compare(reference_runs, candidate_runs, ALPHA, MIN_EFFECT, RESAMPLES)
+    print(table.to_string(index=False))
+    return table
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("env", ENVS)
+def test_learning_matches_the_reference(env, algo, tmp_path):
+    table = verdicts(env, algo, train_candidates(env, algo, tmp_path))
+    assert (table["verdict"] == "ok").all(), table.to_string()
+
+
+def test_unchanged_code_reproduces_the_reference_curves_exactly(tmp_path):
+    """On this CPU with fixed seeds the short runs are bit-identical to the committed reference."""
+    candidate = train_candidates("CartPole", "ppo", tmp_path)
+    reference = {r["seed"]: r for r in load_runs(REFERENCE) if (r["env"], r["algo"]) == ("CartPole", "ppo")}
+    for run in candidate:
+        pd.testing.assert_series_equal(run["eval"]["eval_return_mean"], reference[run["seed"]]["eval"]["eval_return_mean"])
+
+
+# --- injected bugs: the check must fail on each ---------------------------------
+
+
+def flipped_advantage_sign(monkeypatch):
+    original = algorithms.ppo.clipped_policy_loss
+    monkeypatch.setattr(algorithms.ppo, "clipped_policy_loss",
+                        lambda new, old, advantages, clip: original(new, old, -advantages, clip))
+
+
+def clip_range_ignored(monkeypatch):
+    original = algorithms.ppo.clipped_policy_loss
+    monkeypatch.setattr(algorithms.ppo, "clipped_policy_loss",
+                        lambda new, old, advantages, clip: original(new, old, advantages, float("inf")))
+
+
+def truncation_bootstrap_dropped(monkeypatch):
+    def gae_treating_truncation_as_termination(rewards, values, next_value, terminated, truncated, valid, *args):
+        return compute_gae(rewards, values, next_value, terminated | truncated, truncated, valid, *args)
+
+    for module in (algorithms.ppo, algorithms.hp3o):
+        monkeypatch.setattr(module, "compute_gae", gae_treating_truncation_as_termination)
+
+
+@pytest.mark.parametrize(
+    "inject, env",
+    [(flipped_advantage_sign, "CartPole"), (clip_range_ignored, "Pendulum"), (truncation_bootstrap_dropped, "Pendulum")],
+)
+def test_check_fails_on_an_injected_bug(inject, env, tmp_path, monkeypatch):
+    inject(monkeypatch)
+    table = verdicts(env, "ppo", train_candidates(env, "ppo", tmp_path))
+    assert (table["verdict"] == "REGRESSION").any(), table.to_string()
+
+
+def test_command_exits_nonzero_on_a_missing_run(tmp_path, capsys):
+    # An empty candidate directory: every reference (env, algo) is MISSING.
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(tmp_path)]) == 1
+    assert "MISSING" in capsys.readouterr().out
+
+
+def test_command_passes_the_reference_against_itself(capsys):
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(REFERENCE)]) == 0
+    out = capsys.readouterr().out
+    assert "REGRESSION" not in out and "0 failing" in out
+
+
+# --- the statistics on synthetic curves (no training) --------------------------
+
+
+def synthetic_runs(finals: list[float], algo="ppo") -> list[dict]:
+    runs = []
+    for seed, final in enumerate(finals):
+        curve = pd.DataFrame({"env_steps": [0, 50, 100], "eval_return_mean": [0.0, final / 2, final]})
+        runs.append({"env": "Toy", "algo": algo, "seed": seed, "eval": curve})
+    return runs
+
+
+def test_auc_is_the_mean_return_over_the_curve():
+    from benchmarks.regression import curve_metrics
+
+    metrics = curve_metrics(pd.DataFrame({"env_steps": [0, 100, 300], "eval_return_mean": [0.0, 10.0, 10.0]}))
+    assert metrics["auc"] == pytest.approx((0.5 * 100 * 10 + 200 * 10) / 300)
+    assert metrics["final"] == 10.0 and metrics["first"] == 0.0
+
+
+def test_clear_drop_is_a_regression_and_noise_is_not():
+    reference = synthetic_runs([100.0, 110.0, 90.0])
+    collapsed = compare(reference, synthetic_runs([10.0, 12.0, 8.0]), ALPHA, MIN_EFFECT, RESAMPLES)
+    assert (collapsed["verdict"] == "REGRESSION").all()
+    # 5% lower: significant at n=3 maybe, but under the minimum effect (20% of the reference's progress)
+    slightly_lower = compare(reference, synthetic_runs([95.0, 104.0, 86.0]), ALPHA, MIN_EFFECT, RESAMPLES)
+    assert (slightly_lower["verdict"] == "ok").all()
+    # A big but inconsistent drop (one seed collapses) is not significant.
+    one_bad_seed = compare(reference, synthetic_runs([100.0, 110.0, 0.0]), ALPHA, MIN_EFFECT, RESAMPLES)
+    assert (one_bad_seed["verdict"] == "ok").all()
+    # An improvement is never a regression.
+    better = compare(reference, synthetic_runs([200.0, 210.0, 190.0]), ALPHA, MIN_EFFECT, RESAMPLES)
+    assert (better["verdict"] == "ok").all()

@@ -1,0 +1,38 @@
+"""The report command on real (tiny) runs: tables, plots, byte-identical regeneration."""
+
+import filecmp
+
+import pandas as pd
+
+from benchmarks.report import bootstrap_mean_ci, interquartile_mean, main as report_main
+from benchmarks.trainer import train
+from conftest import QUIET
+
+
+def test_report_writes_tables_and_plots_and_regenerates_identically(make_config, tmp_path):
+    suite = tmp_path / "runs" / "tiny_suite"
+    for algo in ("ppo", "outer_ppo_lr"):
+        for seed in (0, 1):
+            cfg = make_config(["env=CartPole", f"algo={algo}", f"seed={seed}", "total_steps=2048",
+                               "eval.every_steps=1024", *QUIET])
+            train(cfg, suite / "CartPole" / algo / f"seed{seed}")
+    for out in ("a", "b"):
+        report_main([str(suite), "--out", str(tmp_path / out)])
+    for name in ("tiny_suite.md", "tiny_suite.csv"):
+        assert filecmp.cmp(tmp_path / "a" / "tables" / name, tmp_path / "b" / "tables" / name, shallow=False)
+    table = pd.read_csv(tmp_path / "a" / "tables" / "tiny_suite.csv")
+    assert list(table["algo"]) == ["outer_ppo_lr", "ppo"] and (table["seeds"] == 2).all()
+    assert table.loc[table["algo"] == "ppo", "time_vs_ppo"].iloc[0] == 1.0
+    poi = table.loc[table["algo"] == "outer_ppo_lr", "poi_vs_ppo"].iloc[0]
+    assert 0.0 <= poi <= 1.0
+    for suffix in (".png", ".svg"):
+        assert (tmp_path / "a" / "plots" / f"tiny_suite_CartPole{suffix}").stat().st_size > 0
+    assert "P(improve over PPO)" in (tmp_path / "a" / "tables" / "tiny_suite.md").read_text()
+
+
+def test_bootstrap_ci_and_iqm_on_known_values():
+    low, high = bootstrap_mean_ci([5.0, 5.0, 5.0])
+    assert low == high == 5.0
+    low, high = bootstrap_mean_ci([0.0, 10.0])
+    assert 0.0 <= low < 5.0 < high <= 10.0
+    assert interquartile_mean([1, 2, 3, 4, 100, 5, 6, 7]) == 4.5  # middle half of 1..7,100
