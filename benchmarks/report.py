@@ -183,16 +183,21 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
 
 
 def suite_command(suite_dir: Path) -> str:
-    """The sweep command, read from Hydra's multirun.yaml when present."""
-    multirun = suite_dir / "multirun.yaml"
-    if multirun.exists():
-        from omegaconf import OmegaConf
+    """The sweep command, rebuilt from Hydra's multirun.yaml.
 
-        overrides = OmegaConf.load(multirun).hydra.overrides.task
-        experiment = [o for o in overrides if o.startswith("+experiment=")]
-        if experiment:
-            return f"python run.py -m {experiment[0]}"
-    return f"python run.py -m ... hydra.sweep.dir={suite_dir}"
+    Overrides of `algo` and `seed` are left out: a suite may have been run in
+    parts (subsets of the experiment's own algo x seed grid), and the
+    experiment file lists the whole grid.
+    """
+    multirun = suite_dir / "multirun.yaml"
+    if not multirun.exists():
+        return f"python run.py -m ... hydra.sweep.dir={suite_dir}"
+    from omegaconf import OmegaConf
+
+    overrides = OmegaConf.load(multirun).hydra.overrides
+    kept = [o for o in overrides.task if not o.startswith(("algo=", "seed="))]
+    kept += [o for o in overrides.hydra if o.startswith("hydra.sweep.dir=")]
+    return "python run.py -m " + " ".join(kept)
 
 
 def report_suite(suite_dir: Path, out: Path) -> None:
