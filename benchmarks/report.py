@@ -10,6 +10,11 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          probability of improvement over PPO with 95% CI
     <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps, one line per algorithm,
                                          mean over seeds with a 95% bootstrap confidence band
+    <out>/tables/<suite>_aggregate.*     across tasks, on normalised scores (random_score and
+                                         reference_score of conf/env): rliable's IQM, mean,
+                                         optimality gap with stratified-bootstrap CIs, P(improve over PPO)
+    <out>/plots/<suite>_wall_time.*      training wall time per env step per algorithm
+    <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
 Statistics use fixed random states, so the tables regenerate byte-identically.
 The probability of improvement and its stratified-bootstrap CI come from
 rliable (Agarwal et al. 2021); CIs of per-task means are percentile bootstraps
@@ -28,6 +33,7 @@ from benchmarks.runs import load_runs
 
 BOOTSTRAP_RESAMPLES = 2000
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
 
 
 def bootstrap_mean_ci(values: np.ndarray, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
@@ -150,9 +156,6 @@ def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
 
 
 def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
@@ -182,6 +185,148 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     return written
 
 
+def task_scores(task: str) -> tuple[float | None, float | None]:
+    """(random_score, reference_score) of a task, from its conf/env file (documented there)."""
+    from omegaconf import OmegaConf
+
+    path = CONF_ENV / f"{task}.yaml"
+    if not path.exists():
+        return None, None
+    node = OmegaConf.load(path)
+    return node.get("random_score"), node.get("reference_score")
+
+
+def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """algo -> [seeds x tasks] matrix of normalised final returns, over tasks every algo ran with equal seeds."""
+    tasks = sorted({run["env"] for run in runs})
+    scored = [t for t in tasks if None not in task_scores(t)]
+    algos = sorted({run["algo"] for run in runs})
+    matrices = {}
+    for algo in algos:
+        columns = []
+        for task in scored:
+            group = [run for run in runs if run["env"] == task and run["algo"] == algo]
+            if not group:
+                break
+            random_score, reference_score = task_scores(task)
+            finals = eval_curves(group).iloc[-1].to_numpy()
+            columns.append((finals - random_score) / (reference_score - random_score))
+        if len(columns) == len(scored) and len({len(c) for c in columns}) == 1:
+            matrices[algo] = np.stack(columns, axis=1)
+    return matrices, scored
+
+
+def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
+    """IQM, mean, optimality gap of normalised scores with stratified-bootstrap 95% CIs, and P(improve over PPO)."""
+    import warnings
+
+    from rliable import library as rly
+    from rliable import metrics
+
+    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
+    matrices, tasks = normalised_final_scores(runs)
+    if not matrices or not tasks:
+        return None
+    aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x),  # noqa: E731
+                                    metrics.aggregate_optimality_gap(x)])
+    point, interval = rly.get_interval_estimates(matrices, aggregate, reps=BOOTSTRAP_RESAMPLES,
+                                                 random_state=np.random.RandomState(0))
+    rows = []
+    for algo in sorted(matrices):
+        row = {"algo": algo, "tasks": len(tasks), "seeds_per_task": matrices[algo].shape[0]}
+        for i, name in enumerate(("iqm", "mean", "optimality_gap")):
+            row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = point[algo][i], *interval[algo][:, i]
+        if algo != "ppo" and "ppo" in matrices:
+            pair = {"pair": [matrices[algo], matrices["ppo"]]}
+            poi, poi_ci = rly.get_interval_estimates(pair, lambda x, y: metrics.probability_of_improvement(x, y),
+                                                     reps=BOOTSTRAP_RESAMPLES, random_state=np.random.RandomState(0))
+            row["poi_vs_ppo"], (row["poi_ci_low"], row["poi_ci_high"]) = float(poi["pair"]), np.ravel(poi_ci["pair"])
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.attrs["tasks"] = tasks
+    return table
+
+
+def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
+    def interval(name):
+        return [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
+                zip(table[name], table[f"{name}_ci_low"], table[f"{name}_ci_high"])]
+
+    shown = pd.DataFrame({"algo": table["algo"], "tasks": table["tasks"], "seeds/task": table["seeds_per_task"],
+                          "IQM [95% CI]": interval("iqm"), "mean [95% CI]": interval("mean"),
+                          "optimality gap [95% CI]": interval("optimality_gap")})
+    if "poi_vs_ppo" in table:
+        shown["P(improve over PPO) [95% CI]"] = [
+            "" if pd.isna(p) else f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
+            for p, lo, hi in zip(table["poi_vs_ppo"], table["poi_ci_low"], table["poi_ci_high"])]
+    return (
+        f"# {suite}: across tasks\n\nNormalised final return (return - random_score) / (reference_score - "
+        f"random_score), scores from conf/env (tasks: {', '.join(table.attrs['tasks'])}); rliable's IQM, mean "
+        f"and optimality gap (gap below 1.0) with stratified-bootstrap 95% CIs ({BOOTSTRAP_RESAMPLES} "
+        f"resamples), and probability of improvement over PPO.\n\n" + shown.to_markdown(index=False) + "\n"
+    )
+
+
+def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    """Outer-PPO sensitivity: mean final return over outer lr sigma x outer momentum mu, one heatmap per task."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    outer = [run for run in runs if run["config"]["algo"]["algorithm"] == "outer_ppo"]
+    # A grid is one preset swept over sigma and mu (different presets are not grid points).
+    for env, algo in sorted({(run["env"], run["algo"]) for run in outer}):
+        cells: dict[tuple, list[float]] = {}
+        for run in (r for r in outer if (r["env"], r["algo"]) == (env, algo)):
+            optimizer = run["config"]["algo"]["outer_optimizer"]
+            key = (float(optimizer["lr"]), float(optimizer["momentum"]))
+            cells.setdefault(key, []).append(run["eval"]["eval_return_mean"].iloc[-1])
+        sigmas, mus = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
+        if len(sigmas) < 2 or len(mus) < 2:
+            continue
+        grid = np.full((len(mus), len(sigmas)), np.nan)
+        for (sigma, mu), finals in cells.items():
+            grid[mus.index(mu), sigmas.index(sigma)] = np.mean(finals)
+        fig, ax = plt.subplots(figsize=(1.2 * len(sigmas) + 2.5, 0.9 * len(mus) + 1.8))
+        image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        for (i, j), value in np.ndenumerate(grid):
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center", color="white", fontsize=8)
+        ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
+        ax.set_yticks(range(len(mus)), [f"{m:g}" for m in mus])
+        ax.set_xlabel("outer learning rate sigma")
+        ax.set_ylabel("outer Nesterov momentum mu")
+        seeds = len(next(iter(cells.values())))
+        ax.set_title(f"{env}: Outer-PPO final eval return (mean of {seeds} seeds)", fontsize=10)
+        fig.colorbar(image, ax=ax, label="final eval return")
+        fig.tight_layout()
+        for suffix in (".png", ".svg"):
+            path = plots_dir / f"{suite}_{env}_sensitivity{suffix}"
+            fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Path]:
+    """Training wall time per env step per algorithm, one group of bars per task."""
+    import matplotlib.pyplot as plt
+
+    pivot = table.pivot(index="algo", columns="task", values="us_per_step")
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(pivot) + 2), 3.6))
+    pivot.plot.bar(ax=ax, rot=30)
+    ax.set_ylabel("training wall time per env step (us)")
+    ax.set_xlabel("")
+    ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.throughput)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    written = []
+    for suffix in (".png", ".svg"):
+        path = plots_dir / f"{suite}_wall_time{suffix}"
+        fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
 def suite_command(suite_dir: Path) -> str:
     """The sweep command, rebuilt from Hydra's multirun.yaml.
 
@@ -201,6 +346,9 @@ def suite_command(suite_dir: Path) -> str:
 
 
 def report_suite(suite_dir: Path, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
     runs = load_runs(suite_dir)
     if not runs:
         print(f"{suite_dir}: no complete runs, skipped")
@@ -208,11 +356,19 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     suite = suite_dir.name
     (out / "tables").mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)
+    plots = plot_sensitivity(runs, suite, out / "plots")
+    if plots:  # a sensitivity grid: its heatmap is the result, per-preset tables would merge grid points
+        print(f"{suite}: {len(runs)} runs -> {len(plots)} sensitivity plot files")
+        return
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir)))
-    plots = plot_suite(runs, suite, out / "plots")
-    print(f"{suite}: {len(runs)} runs -> tables/{suite}.md, .csv and {len(plots)} plot files")
+    aggregate = aggregate_table(runs)
+    if aggregate is not None:
+        aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
+        (out / "tables" / f"{suite}_aggregate.md").write_text(aggregate_markdown(aggregate, suite))
+    plots = plot_suite(runs, suite, out / "plots") + plot_wall_time(table, suite, out / "plots")
+    print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 
 def main(argv=None) -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 
 
 def load_runs(root: Path) -> list[dict]:
-    """One dict per complete run: env, algo, seed, env_steps, sps, dir, and its eval/episodes tables."""
+    """One dict per complete run: env, algo, seed, env_steps, sps, dir, config, and its eval/episodes tables."""
     runs = []
     for summary_path in sorted(Path(root).rglob("summary.json")):
         summary = json.loads(summary_path.read_text())
@@ -18,7 +18,7 @@ def load_runs(root: Path) -> list[dict]:
         run_dir = summary_path.parent
         runs.append({
             "env": summary["env"], "algo": summary["algo"], "seed": summary["seed"],
-            "env_steps": summary["env_steps"], "sps": summary["sps"], "dir": run_dir,
+            "env_steps": summary["env_steps"], "sps": summary["sps"], "dir": run_dir, "config": summary["config"],
             "eval": pd.read_csv(run_dir / "eval.csv"),
             "episodes": pd.read_csv(run_dir / "episodes.csv"),
         })

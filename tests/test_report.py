@@ -28,6 +28,23 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     for suffix in (".png", ".svg"):
         assert (tmp_path / "a" / "plots" / f"tiny_suite_CartPole{suffix}").stat().st_size > 0
     assert "P(improve over PPO)" in (tmp_path / "a" / "tables" / "tiny_suite.md").read_text()
+    aggregate = pd.read_csv(tmp_path / "a" / "tables" / "tiny_suite_aggregate.csv")
+    assert set(aggregate["algo"]) == {"ppo", "outer_ppo_lr"}
+    assert {"iqm", "mean", "optimality_gap", "poi_vs_ppo"} <= set(aggregate.columns)
+    assert filecmp.cmp(tmp_path / "a" / "tables" / "tiny_suite_aggregate.md",
+                       tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
+    assert (tmp_path / "a" / "plots" / "tiny_suite_wall_time.png").exists()
+
+
+def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path):
+    suite = tmp_path / "runs" / "sensitivity"
+    for sigma in (0.5, 1.0):
+        for mu in (0.0, 0.3):
+            cfg = make_config(["env=CartPole", "algo=outer_ppo_nesterov", f"algo.outer_optimizer.lr={sigma}",
+                               f"algo.outer_optimizer.momentum={mu}", "total_steps=512", *QUIET])
+            train(cfg, suite / f"sigma{sigma}_mu{mu}")
+    report_main([str(suite), "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "plots" / "sensitivity_CartPole_sensitivity.png").stat().st_size > 0
 
 
 def test_bootstrap_ci_and_iqm_on_known_values():
