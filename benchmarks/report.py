@@ -155,6 +155,20 @@ def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
     return header + shown.to_markdown(index=False) + "\n"
 
 
+def save_figure(fig, stem: Path) -> list[Path]:
+    """PNG for reading, SVG for papers (no date stamp, so an unchanged figure stays byte-identical)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    paths = []
+    for suffix in (".png", ".svg"):
+        path = stem.with_name(stem.name + suffix)
+        fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
 def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
@@ -176,12 +190,7 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        fig.tight_layout()
-        for suffix in (".png", ".svg"):
-            path = plots_dir / f"{suite}_{env}{suffix}"
-            fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
-            written.append(path)
-        plt.close(fig)
+        written += save_figure(fig, plots_dir / f"{suite}_{env}")
     return written
 
 
@@ -297,12 +306,7 @@ def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
         seeds = len(next(iter(cells.values())))
         ax.set_title(f"{env}: Outer-PPO final eval return (mean of {seeds} seeds)", fontsize=10)
         fig.colorbar(image, ax=ax, label="final eval return")
-        fig.tight_layout()
-        for suffix in (".png", ".svg"):
-            path = plots_dir / f"{suite}_{env}_sensitivity{suffix}"
-            fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
-            written.append(path)
-        plt.close(fig)
+        written += save_figure(fig, plots_dir / f"{suite}_{env}_sensitivity")
     return written
 
 
@@ -317,14 +321,7 @@ def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Pat
     ax.set_xlabel("")
     ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.throughput)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    written = []
-    for suffix in (".png", ".svg"):
-        path = plots_dir / f"{suite}_wall_time{suffix}"
-        fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
-        written.append(path)
-    plt.close(fig)
-    return written
+    return save_figure(fig, plots_dir / f"{suite}_wall_time")
 
 
 def suite_command(suite_dir: Path) -> str:

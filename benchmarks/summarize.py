@@ -1,7 +1,9 @@
 """Per (env, algo) summary of stored runs: final evaluation and CleanRL's training-episode metric.
 
     python -m benchmarks.summarize results/runs/ppo_mujoco_1M
-    python -m benchmarks.summarize results/runs/ppo_cartpole_100k --plot results/plots/ppo_cartpole_100k.png
+    python -m benchmarks.summarize results/runs/ppo_cartpole_100k --curve
+
+A terminal quick look; `python -m benchmarks.report` writes the tables and plots.
 
 A run is a directory with summary.json (status complete), train.csv, eval.csv
 and episodes.csv. Columns:
@@ -46,35 +48,9 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_curves(runs: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    envs = sorted({run["env"] for run in runs})
-    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
-    for ax, env in zip(axes[0], envs):
-        for algo in sorted({run["algo"] for run in runs if run["env"] == env}):
-            group = [run for run in runs if run["env"] == env and run["algo"] == algo]
-            curves = pd.concat([run["eval"].set_index("env_steps")["eval_return_mean"] for run in group], axis=1)
-            mean, std = curves.mean(axis=1), curves.std(axis=1, ddof=0)
-            ax.plot(mean.index, mean.values, label=f"{algo} ({len(group)} seeds)")
-            ax.fill_between(mean.index, mean - std, mean + std, alpha=0.2)
-        ax.set_title(env)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("eval return (deterministic), mean +- std")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs_dir", type=Path)
-    parser.add_argument("--plot", type=Path, help="write eval-return curves (mean +- std over seeds) to this PNG")
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs_dir)
@@ -88,9 +64,6 @@ def main(argv=None) -> None:
             print(f"\n{env} / {algo}: eval return vs env steps (mean, std over {len(group)} seeds)")
             print(pd.DataFrame({"mean": curves.mean(axis=1).round(1), "std": curves.std(axis=1, ddof=0).round(1)})
                   .T.to_string())
-    if args.plot:
-        plot_curves(runs, args.plot)
-        print(f"\nwrote {args.plot}")
 
 
 if __name__ == "__main__":
