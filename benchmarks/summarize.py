@@ -48,15 +48,30 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def train_column_means(runs: list[dict], columns: list[str]) -> pd.DataFrame:
+    rows = []
+    for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
+        logs = [pd.read_csv(r["dir"] / "train.csv") for r in runs if (r["env"], r["algo"]) == (env, algo)]
+        log = pd.concat(logs)
+        rows.append({"env": env, "algo": algo, **{c: round(float(log[c].mean()), 4) if c in log else None
+                                                   for c in columns}})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs_dir", type=Path)
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
+    parser.add_argument("--train-columns", nargs="+", default=[], metavar="COLUMN",
+                        help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
     print(summarize(runs).to_string(index=False))
+    if args.train_columns:
+        print(f"\nmean over all iterations and seeds of train.csv columns")
+        print(train_column_means(runs, args.train_columns).to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]
