@@ -331,10 +331,13 @@ def suite_command(suite_dir: Path) -> str:
     parts (subsets of the experiment's own algo x seed grid), and the
     experiment file lists the whole grid.
     """
-    multirun = suite_dir / "multirun.yaml"
-    if not multirun.exists():
-        return f"python run.py -m ... hydra.sweep.dir={suite_dir}"
     from omegaconf import OmegaConf
+
+    multirun = suite_dir / "multirun.yaml"
+    if not multirun.exists():  # single runs: each run's own command line
+        commands = sorted({"python run.py " + " ".join(OmegaConf.load(path))
+                           for path in suite_dir.rglob(".hydra/overrides.yaml")})
+        return "; ".join(commands) if commands else f"runs under {suite_dir}"
 
     overrides = OmegaConf.load(multirun).hydra.overrides
     kept = [o for o in overrides.task if not o.startswith(("algo=", "seed="))]
