@@ -371,11 +371,26 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 
+def headline(table_paths: list[Path]) -> str:
+    """Markdown pivot of written tables: one row per algorithm, one column per task, final return mean +- std."""
+    tables = pd.concat([pd.read_csv(path) for path in table_paths])
+    tables["cell"] = [f"{m:.1f} +- {s:.1f}" for m, s in zip(tables["final_mean"], tables["final_std"])]
+    tables["column"] = [f"{t} ({int(n) // 1000}k)" for t, n in zip(tables["task"], tables["env_steps"].round(-3))]
+    pivot = tables.pivot(index="algo", columns="column", values="cell").fillna("")
+    order = sorted(pivot.index, key=lambda algo: (algo != "ppo", algo))
+    return pivot.loc[order].to_markdown()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suites", nargs="*", type=Path, help="suite directories (default: every results/runs/*)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",
+                        help="only print a Markdown pivot (algo x task, final return) of these written tables")
     args = parser.parse_args(argv)
+    if args.headline:
+        print(headline(args.headline))
+        return
     suites = args.suites or sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
     for suite_dir in suites:
         report_suite(suite_dir, args.out)
