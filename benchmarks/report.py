@@ -81,6 +81,7 @@ def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> t
     warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
 
     scores = {"pair": [candidate.reshape(-1, 1), baseline.reshape(-1, 1)]}
+    np.random.seed(0)  # rliable's StratifiedIndependentBootstrap draws from the global RNG, not random_state
     point, interval = rly.get_interval_estimates(
         scores, lambda x, y: metrics.probability_of_improvement(x, y), reps=BOOTSTRAP_RESAMPLES,
         random_state=np.random.RandomState(0),
@@ -238,6 +239,7 @@ def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
         return None
     aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x),  # noqa: E731
                                     metrics.aggregate_optimality_gap(x)])
+    np.random.seed(0)  # rliable's bootstrap classes draw indices from the global RNG, not random_state
     point, interval = rly.get_interval_estimates(matrices, aggregate, reps=BOOTSTRAP_RESAMPLES,
                                                  random_state=np.random.RandomState(0))
     rows = []
@@ -247,6 +249,7 @@ def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
             row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = point[algo][i], *interval[algo][:, i]
         if algo != "ppo" and "ppo" in matrices:
             pair = {"pair": [matrices[algo], matrices["ppo"]]}
+            np.random.seed(0)  # rliable's StratifiedIndependentBootstrap draws from the global RNG
             poi, poi_ci = rly.get_interval_estimates(pair, lambda x, y: metrics.probability_of_improvement(x, y),
                                                      reps=BOOTSTRAP_RESAMPLES, random_state=np.random.RandomState(0))
             row["poi_vs_ppo"], (row["poi_ci_low"], row["poi_ci_high"]) = float(poi["pair"]), np.ravel(poi_ci["pair"])
@@ -349,6 +352,7 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "ppo-variants-bench"  # stable SVG ids: unchanged figures stay identical
     runs = load_runs(suite_dir)
     if not runs:
         print(f"{suite_dir}: no complete runs, skipped")
