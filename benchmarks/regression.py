@@ -29,17 +29,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.report import area_under_curve
 from benchmarks.runs import load_runs
 
 METRICS = ("auc", "final")
 
 
 def curve_metrics(eval_table: pd.DataFrame) -> dict[str, float]:
-    steps = eval_table["env_steps"].to_numpy(dtype=float)
-    returns = eval_table["eval_return_mean"].to_numpy(dtype=float)
-    span = steps[-1] - steps[0]
-    auc = float(np.trapezoid(returns, steps) / span) if span > 0 else float(returns[-1])
-    return {"auc": auc, "final": float(returns[-1]), "first": float(returns[0])}
+    curve = eval_table.set_index("env_steps")["eval_return_mean"].astype(float)
+    return {"auc": area_under_curve(curve), "final": float(curve.iloc[-1]), "first": float(curve.iloc[0])}
 
 
 def bootstrap_upper_bound(reference: np.ndarray, candidate: np.ndarray, alpha: float, resamples: int,

@@ -70,22 +70,29 @@ def wall_time_per_step(run: dict) -> float:
     return float((train_log["rollout_time"].sum() + train_log["update_time"].sum()) / train_log["env_steps"].iloc[-1])
 
 
-def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> tuple[float, float, float]:
-    """P(candidate > baseline) on one task, with rliable's stratified-bootstrap 95% CI."""
+def rliable_estimates(score_dict: dict, func) -> tuple[dict, dict]:
+    """rliable's point estimates and stratified-bootstrap 95% CIs, reproducibly.
+
+    rliable's bootstrap classes draw their indices from numpy's global RNG (not
+    only from random_state), so both are seeded; arch's deprecation warning for
+    random_state is silenced, since random_state is what makes the CIs repeatable.
+    """
     import warnings
 
     from rliable import library as rly
+
+    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
+    np.random.seed(0)
+    return rly.get_interval_estimates(score_dict, func, reps=BOOTSTRAP_RESAMPLES,
+                                      random_state=np.random.RandomState(0))
+
+
+def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> tuple[float, float, float]:
+    """P(candidate > baseline) averaged over tasks, with its 95% CI; inputs are [runs x tasks] scores."""
     from rliable import metrics
 
-    # arch warns that random_state is deprecated; it is what makes the CI reproducible here.
-    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
-
-    scores = {"pair": [candidate.reshape(-1, 1), baseline.reshape(-1, 1)]}
-    np.random.seed(0)  # rliable's StratifiedIndependentBootstrap draws from the global RNG, not random_state
-    point, interval = rly.get_interval_estimates(
-        scores, lambda x, y: metrics.probability_of_improvement(x, y), reps=BOOTSTRAP_RESAMPLES,
-        random_state=np.random.RandomState(0),
-    )
+    point, interval = rliable_estimates({"pair": [candidate, baseline]},
+                                        lambda x, y: metrics.probability_of_improvement(x, y))
     low, high = np.ravel(interval["pair"])
     return float(point["pair"]), float(low), float(high)
 
@@ -121,7 +128,7 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
         if row["algo"] != "ppo":
             candidate = eval_curves(grouped[(row["task"], row["algo"])]).iloc[-1].to_numpy()
             baseline = eval_curves(grouped[(row["task"], "ppo")]).iloc[-1].to_numpy()
-            point, low, high = probability_of_improvement(candidate, baseline)
+            point, low, high = probability_of_improvement(candidate.reshape(-1, 1), baseline.reshape(-1, 1))
             table.loc[index, ["poi_vs_ppo", "poi_ci_low", "poi_ci_high"]] = [point, low, high]
     return table
 
@@ -228,31 +235,25 @@ def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], li
 
 def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
     """IQM, mean, optimality gap of normalised scores with stratified-bootstrap 95% CIs, and P(improve over PPO)."""
-    import warnings
-
-    from rliable import library as rly
     from rliable import metrics
 
-    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
     matrices, tasks = normalised_final_scores(runs)
     if not matrices or not tasks:
         return None
-    aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x),  # noqa: E731
-                                    metrics.aggregate_optimality_gap(x)])
-    np.random.seed(0)  # rliable's bootstrap classes draw indices from the global RNG, not random_state
-    point, interval = rly.get_interval_estimates(matrices, aggregate, reps=BOOTSTRAP_RESAMPLES,
-                                                 random_state=np.random.RandomState(0))
+
+    def aggregates(scores):
+        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
+                         metrics.aggregate_optimality_gap(scores)])
+
+    point, interval = rliable_estimates(matrices, aggregates)
     rows = []
     for algo in sorted(matrices):
         row = {"algo": algo, "tasks": len(tasks), "seeds_per_task": matrices[algo].shape[0]}
         for i, name in enumerate(("iqm", "mean", "optimality_gap")):
             row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = point[algo][i], *interval[algo][:, i]
         if algo != "ppo" and "ppo" in matrices:
-            pair = {"pair": [matrices[algo], matrices["ppo"]]}
-            np.random.seed(0)  # rliable's StratifiedIndependentBootstrap draws from the global RNG
-            poi, poi_ci = rly.get_interval_estimates(pair, lambda x, y: metrics.probability_of_improvement(x, y),
-                                                     reps=BOOTSTRAP_RESAMPLES, random_state=np.random.RandomState(0))
-            row["poi_vs_ppo"], (row["poi_ci_low"], row["poi_ci_high"]) = float(poi["pair"]), np.ravel(poi_ci["pair"])
+            row["poi_vs_ppo"], row["poi_ci_low"], row["poi_ci_high"] = probability_of_improvement(
+                matrices[algo], matrices["ppo"])
         rows.append(row)
     table = pd.DataFrame(rows)
     table.attrs["tasks"] = tasks

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.report import eval_curves
 from benchmarks.runs import load_runs
 
 
@@ -70,12 +71,12 @@ def main(argv=None) -> None:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
     print(summarize(runs).to_string(index=False))
     if args.train_columns:
-        print(f"\nmean over all iterations and seeds of train.csv columns")
+        print("\nmean over all iterations and seeds of train.csv columns")
         print(train_column_means(runs, args.train_columns).to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]
-            curves = pd.concat([r["eval"].set_index("env_steps")["eval_return_mean"] for r in group], axis=1)
+            curves = eval_curves(group)
             print(f"\n{env} / {algo}: eval return vs env steps (mean, std over {len(group)} seeds)")
             print(pd.DataFrame({"mean": curves.mean(axis=1).round(1), "std": curves.std(axis=1, ddof=0).round(1)})
                   .T.to_string())
