@@ -31,6 +31,11 @@ def main(cfg: DictConfig) -> float | None:
     from benchmarks.trainer import train  # heavy imports only after the config is known good
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    finished = completed_summary(cfg, run_dir)
+    if finished is not None:
+        # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
+        log.info("already complete, skipped: %s (final eval return %.2f)", run_dir, finished["final_eval_return_mean"])
+        return finished["final_eval_return_mean"]
     log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
              cfg.total_steps, run_dir)
     try:
@@ -47,6 +52,38 @@ def main(cfg: DictConfig) -> float | None:
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
+    """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        return None
+    try:
+        summary = json.loads(summary_path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if summary.get("status") != "complete":
+        return None
+    stored = numbers_relevant(summary["config"])
+    current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))
+    if stored != current:
+        changed = sorted(k for k in current.keys() | stored.keys() if current.get(k) != stored.get(k))
+        print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
+              f"{', '.join(changed)}); choose another hydra.run.dir or delete it", file=sys.stderr)
+        sys.exit(2)
+    return summary
+
+
+def numbers_relevant(config: dict) -> dict:
+    """The config without what cannot change a logged number: logging switches and score metadata."""
+    config = {k: v for k, v in config.items() if k != "logging"}
+    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score")}
+    return config
 
 
 if __name__ == "__main__":
