@@ -28,7 +28,14 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
 
     from benchmarks.logger import write_json_atomic
-    from benchmarks.trainer import train  # heavy imports only after the config is known good
+
+    # heavy imports only after the config is known good
+    from benchmarks.trainer import (
+        CheckpointError,
+        NonFiniteError,
+        TrainingInterrupted,
+        train,
+    )
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     finished = completed_summary(cfg, run_dir)
@@ -38,20 +45,43 @@ def main(cfg: DictConfig) -> float | None:
         return finished["final_eval_return_mean"]
     log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
              cfg.total_steps, run_dir)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         summary = train(cfg, run_dir)
+    except TrainingInterrupted as interrupt:
+        # Preemption stops the whole sweep, not just this job; rerunning the command resumes.
+        print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
+        sys.exit(128 + interrupt.signum)
     except Exception as error:
-        # The failure is recorded in the job's own directory. In a sweep the other
-        # jobs go on, and the sweep's end lists every failure and exits non-zero
+        # The failure is recorded in the job's own directory (train() records its own). In a
+        # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/hydra_callbacks.py); a single run fails here.
-        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"{type(error).__name__}: {error}"})
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
+        if not is_recorded_failure(run_dir):
+            write_json_atomic(run_dir / "summary.json",
+                              {"status": "failed", "error": f"{type(error).__name__}: {error}"})
+        expected = isinstance(error, (NonFiniteError, CheckpointError))
+        if not multirun:
+            if expected:  # one line, no traceback: the message says what happened and where
+                print(f"error: {run_dir}: {error}", file=sys.stderr)
+                sys.exit(1)
             raise
-        log.exception("job failed: %s", run_dir)
+        if expected:
+            log.error("job failed: %s: %s", run_dir, error)
+        else:
+            log.exception("job failed: %s", run_dir)
         return None
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def is_recorded_failure(run_dir: Path) -> bool:
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") == "failed"
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
@@ -59,6 +89,8 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     import json
 
     from omegaconf import OmegaConf
+
+    from benchmarks.trainer import numbers_relevant
 
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
@@ -77,13 +109,6 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
               f"{', '.join(changed)}); choose another hydra.run.dir or delete it", file=sys.stderr)
         sys.exit(2)
     return summary
-
-
-def numbers_relevant(config: dict) -> dict:
-    """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in config.items() if k != "logging"}
-    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score")}
-    return config
 
 
 if __name__ == "__main__":

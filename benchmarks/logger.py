@@ -12,12 +12,29 @@ from tqdm import tqdm
 
 
 class CSVLog:
-    """Append-only CSV whose columns are fixed by the first row; flushed per row so a crash loses nothing."""
+    """Append-only CSV whose columns are fixed by the first row; flushed per row so a crash loses nothing.
 
-    def __init__(self, path: Path):
+    resume_at: a byte size returned by `size()` earlier (stored in a checkpoint).
+    The file is cut back to it, dropping rows a killed run wrote after its
+    last checkpoint, and writing continues from there.
+    """
+
+    def __init__(self, path: Path, resume_at: int | None = None):
         self.path = Path(path)
-        self.file = open(self.path, "w", newline="")
         self.writer: csv.DictWriter | None = None
+        if resume_at is None:
+            self.file = open(self.path, "w", newline="")
+            return
+        size = self.path.stat().st_size if self.path.exists() else -1
+        if size < resume_at:
+            raise ValueError(f"{self.path} holds {max(size, 0)} bytes, its checkpoint expects at least {resume_at}")
+        with open(self.path, "r+b") as raw:
+            raw.truncate(resume_at)
+        self.file = open(self.path, "a", newline="")
+        if resume_at > 0:
+            with open(self.path, newline="") as existing:
+                header = next(csv.reader(existing))
+            self.writer = csv.DictWriter(self.file, fieldnames=header)
 
     def write(self, row: dict) -> None:
         if self.writer is None:
@@ -25,6 +42,11 @@ class CSVLog:
             self.writer.writeheader()
         self.writer.writerow({key: format_value(value) for key, value in row.items()})
         self.file.flush()
+
+    def size(self) -> int:
+        """Bytes written so far: where a resume from the current state cuts the file."""
+        self.file.flush()
+        return os.fstat(self.file.fileno()).st_size
 
     def close(self) -> None:
         self.file.close()
@@ -40,17 +62,26 @@ def format_value(value):
 class RunLogger:
     """train.csv (one row per iteration), eval.csv (one row per evaluation), TensorBoard, progress bar."""
 
-    def __init__(self, run_dir: Path, total_steps: int, tensorboard: bool, progress_bar: bool):
+    def __init__(self, run_dir: Path, total_steps: int, tensorboard: bool, progress_bar: bool,
+                 resume: dict | None = None):
+        """resume: {"sizes": {csv name: bytes}, "env_steps": n} from a checkpoint, or None for a fresh run."""
         self.run_dir = Path(run_dir)
-        self.train_csv = CSVLog(self.run_dir / "train.csv")
-        self.eval_csv = CSVLog(self.run_dir / "eval.csv")
+        sizes = resume["sizes"] if resume else {}
+        self.train_csv = CSVLog(self.run_dir / "train.csv", sizes.get("train.csv"))
+        self.eval_csv = CSVLog(self.run_dir / "eval.csv", sizes.get("eval.csv"))
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+            # purge_step: TensorBoard hides what the interrupted process logged after the checkpoint.
+            purge_step = resume["env_steps"] + 1 if resume else None
+            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=purge_step)
         # disable=None: the bar shows on a terminal and stays silent in logs and CI.
-        self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, disable=None if progress_bar else True)
+        self.bar = tqdm(total=total_steps, initial=resume["env_steps"] if resume else 0, unit="step",
+                        dynamic_ncols=True, disable=None if progress_bar else True)
+
+    def sizes(self) -> dict[str, int]:
+        return {"train.csv": self.train_csv.size(), "eval.csv": self.eval_csv.size()}
 
     def log_train(self, row: dict) -> None:
         self.train_csv.write(row)
@@ -81,6 +112,18 @@ class RunLogger:
         self.eval_csv.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def read_csv_complete_rows(path: Path):
+    """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write)."""
+    import io
+
+    import pandas as pd
+
+    text = Path(path).read_text()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return pd.read_csv(io.StringIO(text))
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

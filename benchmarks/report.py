@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.logger import read_csv_complete_rows
 from benchmarks.runs import load_runs
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -66,7 +67,7 @@ def area_under_curve(curve: pd.Series) -> float:
 
 def wall_time_per_step(run: dict) -> float:
     """Training seconds per env step (rollout + update; evaluation excluded)."""
-    train_log = pd.read_csv(run["dir"] / "train.csv")
+    train_log = read_csv_complete_rows(run["dir"] / "train.csv")
     return float((train_log["rollout_time"].sum() + train_log["update_time"].sum()) / train_log["env_steps"].iloc[-1])
 
 
@@ -354,7 +355,10 @@ def report_suite(suite_dir: Path, out: Path) -> None:
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "ppo-variants-bench"  # stable SVG ids: unchanged figures stay identical
-    runs = load_runs(suite_dir)
+    skipped: list[tuple[Path, str]] = []
+    runs = load_runs(suite_dir, skipped)
+    for run_dir, reason in skipped:
+        print(f"{suite_dir.name}: skipped {run_dir.relative_to(suite_dir)}: {reason}")
     if not runs:
         print(f"{suite_dir}: no complete runs, skipped")
         return

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.logger import read_csv_complete_rows
 from benchmarks.report import eval_curves
 from benchmarks.runs import load_runs
 
@@ -52,7 +53,7 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
 def train_column_means(runs: list[dict], columns: list[str]) -> pd.DataFrame:
     rows = []
     for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
-        logs = [pd.read_csv(r["dir"] / "train.csv") for r in runs if (r["env"], r["algo"]) == (env, algo)]
+        logs = [read_csv_complete_rows(r["dir"] / "train.csv") for r in runs if (r["env"], r["algo"]) == (env, algo)]
         log = pd.concat(logs)
         rows.append({"env": env, "algo": algo, **{c: round(float(log[c].mean()), 4) if c in log else None
                                                    for c in columns}})

@@ -6,10 +6,14 @@ touches envs, files or Hydra.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import random
+import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
+from benchmarks.env_state import load_vector_env_state, vector_env_state
 from benchmarks.envs import make_vector_env, space_dims
 from benchmarks.logger import CSVLog, RunLogger, write_json_atomic
 
@@ -63,15 +68,150 @@ class Evaluator:
         self.envs.close()
 
 
+CHECKPOINT_FORMAT = 2
+CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.prev.pt")  # newest first; the previous one is the fallback
+# Quantities that must stay finite; the first non-finite one stops the run.
+GUARDED_STATS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "outer_grad_norm")
+
+
+class NonFiniteError(RuntimeError):
+    """A loss, gradient or parameter became NaN/inf; the message names the iteration and the quantity."""
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint although the run directory says there should be one."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGTERM/SIGUSR1/SIGUSR2 arrived; the state is checkpointed and the run can resume."""
+
+    def __init__(self, signum: int, env_steps: int):
+        self.signum, self.env_steps = signum, env_steps
+        super().__init__(f"{signal.Signals(signum).name} at {env_steps} env steps: checkpoint written; "
+                         f"rerun the same command to resume")
+
+
+def numbers_relevant(config: dict) -> dict:
+    """The config without what cannot change a logged number: logging switches and score metadata."""
+    config = {k: v for k, v in config.items() if k != "logging"}
+    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score")}
+    return config
+
+
+class PreemptionSignals:
+    """Turns SIGTERM, SIGUSR1 (Slurm --signal) and SIGUSR2 (submitit) into a flag read between iterations.
+
+    A signal never interrupts an update half-way: the loop finishes its
+    iteration, checkpoints, and then `hand_over` passes the signal to the
+    handler that was installed before (submitit's requeues the job) or stops
+    the run with TrainingInterrupted.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+    def __init__(self):
+        self.received: int | None = None
+        self.previous: dict = {}
+
+    def __enter__(self) -> "PreemptionSignals":
+        if threading.current_thread() is threading.main_thread():  # Python allows handlers only there
+            for signum in self.SIGNALS:
+                self.previous[signum] = signal.signal(signum, self._record)
+        return self
+
+    def _record(self, signum, frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous = {}
+
+    def hand_over(self, env_steps: int) -> None:
+        signum, previous = self.received, self.previous.get(self.received)
+        self.__exit__()
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, None)  # submitit: checkpoint() -> requeue -> exit
+        raise TrainingInterrupted(signum, env_steps)
+
+
+def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
+    """The newest readable checkpoint of this config in run_dir, None if there is none.
+
+    A truncated or unreadable newest file falls back to the previous one; if
+    checkpoints exist but none is usable, CheckpointError: never train on garbage.
+    """
+    problems = []
+    for name in CHECKPOINT_FILES:
+        path = run_dir / name
+        if not path.exists():
+            continue
+        try:
+            checkpoint = torch.load(path, weights_only=True)
+            if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"not a format-{CHECKPOINT_FORMAT} checkpoint")
+        except Exception as error:  # torch raises several types for a damaged zip/pickle
+            problems.append(f"{name} is unreadable ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
+            continue
+        if numbers_relevant(checkpoint["config"]) != numbers_relevant(OmegaConf.to_container(cfg, resolve=True)):
+            raise CheckpointError(f"{path} was written with a different config; choose another run directory "
+                                  f"or delete this one")
+        for problem in problems:
+            print(f"warning: {problem}; resuming from {name}", file=sys.stderr)
+        return checkpoint
+    if problems:
+        raise CheckpointError(f"{run_dir}: " + "; ".join(problems) + ". Delete the run directory to start over")
+    return None
+
+
+def save_checkpoint(checkpoint: dict, run_dir: Path) -> None:
+    """Atomic, keeping the previous checkpoint as a fallback: a kill at any instant leaves one whole file."""
+    newest, previous = (run_dir / name for name in CHECKPOINT_FILES)
+    if newest.exists():
+        os.replace(newest, previous)
+    save_atomic(checkpoint, newest)
+
+
+def rng_states() -> dict:
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def load_rng_states(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
+    torch.set_rng_state(state["torch"])
+
+
+def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None:
+    where = f"at iteration {iteration} ({env_steps} env steps)"
+    for key in GUARDED_STATS:
+        if key in stats and not math.isfinite(stats[key]):
+            raise NonFiniteError(f"non-finite {key} ({stats[key]}) {where}; the last good checkpoint is kept")
+    for name, parameter in algorithm.policy.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise NonFiniteError(f"non-finite parameter {name} {where}; the last good checkpoint is kept")
+
+
 def train(cfg: DictConfig, run_dir: Path) -> dict:
-    """Train one (algo, env, seed) for cfg.total_steps env steps; write logs to run_dir; return the summary."""
+    """Train one (algo, env, seed) for cfg.total_steps env steps; write logs to run_dir; return the summary.
+
+    If run_dir holds a checkpoint of the same config, training resumes from
+    it and logs exactly what an uninterrupted run would have logged.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    start_time = time.perf_counter()
     commit = git_commit()  # at start: the code this process actually loaded
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     env_cfg, algo_cfg = cfg.env, cfg.algo
+    resolved_config = OmegaConf.to_container(cfg, resolve=True)
 
     envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
     obs_dim, action_dim, discrete, action_shape = space_dims(envs)
@@ -84,8 +224,40 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     reward_scaler = RewardScaler(num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip)
     rollout = Rollout.allocate(num_steps, num_envs, obs_dim, action_shape)
     evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000)
-    logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar)
-    episodes_log = CSVLog(run_dir / "episodes.csv")
+
+    checkpoint = load_checkpoint(run_dir, cfg) if cfg.logging.checkpoint else None
+    if checkpoint is None:
+        raw_obs, _ = envs.reset(seed=cfg.seed)
+        obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
+        # True where the previous step ended an episode: the coming step is a reset step.
+        episode_ended = np.zeros(num_envs, dtype=bool)
+        start_iteration, env_steps, elapsed_before = 1, 0, 0.0
+        last_eval, next_eval_at = None, cfg.eval.every_steps
+        resumed_at: list[int] = []
+        logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar)
+        episodes_log = CSVLog(run_dir / "episodes.csv")
+    else:
+        algorithm.load_state_dict(checkpoint["algorithm"])
+        obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
+        reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+        load_vector_env_state(envs, checkpoint["envs"])
+        load_vector_env_state(evaluator.envs, checkpoint["eval_envs"])
+        evaluator.seed = checkpoint["eval_seed"]
+        load_rng_states(checkpoint["rng"])
+        loop = checkpoint["loop"]
+        obs, episode_ended = loop["obs"].clone(), loop["episode_ended"].numpy().copy()
+        start_iteration, env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
+        elapsed_before, last_eval, next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
+        resumed_at = loop["resumed_at"] + [env_steps]
+        logs = checkpoint["logs"]
+        logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
+                           resume={"sizes": logs, "env_steps": env_steps})
+        episodes_log = CSVLog(run_dir / "episodes.csv", logs["episodes.csv"])
+        print(f"resuming {run_dir} from its checkpoint at {env_steps} env steps", file=sys.stderr)
+    # wall_time counts the time of every segment of an interrupted run up to its checkpoint.
+    start_time = time.perf_counter() - elapsed_before
+    checkpoint_every = cfg.logging.checkpoint_every_steps
+    next_checkpoint_at = (env_steps // checkpoint_every + 1) * checkpoint_every
 
     def run_evaluation(env_steps: int, iteration: int) -> dict:
         returns = evaluator(algorithm, obs_normalizer)
@@ -100,89 +272,119 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         logger.log_eval(row)
         return row
 
-    raw_obs, _ = envs.reset(seed=cfg.seed)
-    obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
-    # True where the previous step ended an episode: the coming step is a reset step.
-    episode_ended = np.zeros(num_envs, dtype=bool)
-    env_steps = 0
-    last_eval = run_evaluation(0, 0) if cfg.eval.at_start else None
-    next_eval_at = cfg.eval.every_steps
+    def write_checkpoint(iteration: int) -> None:
+        save_checkpoint({
+            "format": CHECKPOINT_FORMAT,
+            "config": resolved_config,
+            "algorithm": algorithm.state_dict(),
+            "obs_normalizer": obs_normalizer.state_dict(),
+            "reward_scaler": reward_scaler.state_dict(),
+            "env_steps": env_steps,
+            "iteration": iteration,
+            "rng": rng_states(),
+            "envs": vector_env_state(envs),
+            "eval_envs": vector_env_state(evaluator.envs),
+            "eval_seed": evaluator.seed,
+            "loop": {"obs": obs.clone(), "episode_ended": torch.from_numpy(episode_ended.copy()),
+                     "next_eval_at": next_eval_at, "last_eval": last_eval, "resumed_at": resumed_at,
+                     "wall_time": time.perf_counter() - start_time},
+            "logs": {**logger.sizes(), "episodes.csv": episodes_log.size()},
+        }, run_dir)
+
+    def summary_base(status: str) -> dict:
+        return {"status": status, "env": env_cfg.name, "algo": algo_cfg.name, "seed": cfg.seed,
+                "env_steps": env_steps, "resumed_at_env_steps": resumed_at}
+
+    if checkpoint is None and cfg.eval.at_start:
+        last_eval = run_evaluation(0, 0)
 
     # numpy views of the rollout's env-side columns: writing a row through them
     # costs a fraction of a tensor __setitem__ and shares the same memory.
     rewards_np, raw_rewards_np = rollout.rewards.numpy(), rollout.raw_rewards.numpy()
     terminated_np, truncated_np, valid_np = rollout.terminated.numpy(), rollout.truncated.numpy(), rollout.valid.numpy()
 
-    for iteration in range(1, num_iterations + 1):
-        iteration_start = time.perf_counter()
-        episode_returns, episode_lengths = [], []
-        with torch.inference_mode():
-            for t in range(num_steps):
-                valid = ~episode_ended
-                action, log_prob, value = algorithm.act(obs)
-                rollout.obs[t] = obs
-                rollout.actions[t] = action
-                rollout.log_probs[t] = log_prob
-                rollout.values[t] = value
-                valid_np[t] = valid
+    try:
+        with PreemptionSignals() as signals:
+            for iteration in range(start_iteration, num_iterations + 1):
+                iteration_start = time.perf_counter()
+                episode_returns, episode_lengths = [], []
+                with torch.inference_mode():
+                    for t in range(num_steps):
+                        valid = ~episode_ended
+                        action, log_prob, value = algorithm.act(obs)
+                        rollout.obs[t] = obs
+                        rollout.actions[t] = action
+                        rollout.log_probs[t] = log_prob
+                        rollout.values[t] = value
+                        valid_np[t] = valid
 
-                raw_obs, reward, terminated, truncated, info = envs.step(action.numpy())
-                episode_ended = terminated | truncated
-                raw_rewards_np[t] = reward
-                rewards_np[t] = reward_scaler(reward, episode_ended, valid)
-                terminated_np[t] = terminated
-                truncated_np[t] = truncated
-                obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
+                        raw_obs, reward, terminated, truncated, info = envs.step(action.numpy())
+                        episode_ended = terminated | truncated
+                        raw_rewards_np[t] = reward
+                        rewards_np[t] = reward_scaler(reward, episode_ended, valid)
+                        terminated_np[t] = terminated
+                        truncated_np[t] = truncated
+                        obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
 
-                if "_episode" in info:
-                    done = info["_episode"]
-                    episode_returns.extend(info["episode"]["r"][done].tolist())
-                    episode_lengths.extend(info["episode"]["l"][done].tolist())
-            rollout.next_value = algorithm.value(obs)
-        env_steps += steps_per_iteration
-        for ret, length in zip(episode_returns, episode_lengths):
-            episodes_log.write({"env_steps": env_steps, "episode_return": ret, "episode_length": length})
+                        if "_episode" in info:
+                            done = info["_episode"]
+                            episode_returns.extend(info["episode"]["r"][done].tolist())
+                            episode_lengths.extend(info["episode"]["l"][done].tolist())
+                    rollout.next_value = algorithm.value(obs)
+                env_steps += steps_per_iteration
 
-        update_start = time.perf_counter()
-        stats = algorithm.update(rollout, iteration)
-        now = time.perf_counter()
-        row = {
-            "env_steps": env_steps,
-            "iteration": iteration,
-            "wall_time": now - start_time,
-            "sps": steps_per_iteration / (now - iteration_start),
-            "rollout_time": update_start - iteration_start,
-            "update_time": now - update_start,
-            "episodes": len(episode_returns),
-            "episode_return_mean": float(np.mean(episode_returns)) if episode_returns else float("nan"),
-            "episode_return_std": float(np.std(episode_returns)) if episode_returns else float("nan"),
-            "episode_length_mean": float(np.mean(episode_lengths)) if episode_lengths else float("nan"),
-            **stats,
-        }
-        logger.log_train(row)
+                update_start = time.perf_counter()
+                stats = algorithm.update(rollout, iteration)
+                check_finite(algorithm, stats, iteration, env_steps)
+                now = time.perf_counter()
+                for ret, length in zip(episode_returns, episode_lengths):
+                    episodes_log.write({"env_steps": env_steps, "episode_return": ret, "episode_length": length})
+                row = {
+                    "env_steps": env_steps,
+                    "iteration": iteration,
+                    "wall_time": now - start_time,
+                    "sps": steps_per_iteration / (now - iteration_start),
+                    "rollout_time": update_start - iteration_start,
+                    "update_time": now - update_start,
+                    "episodes": len(episode_returns),
+                    "episode_return_mean": float(np.mean(episode_returns)) if episode_returns else float("nan"),
+                    "episode_return_std": float(np.std(episode_returns)) if episode_returns else float("nan"),
+                    "episode_length_mean": float(np.mean(episode_lengths)) if episode_lengths else float("nan"),
+                    **stats,
+                }
+                logger.log_train(row)
 
-        if env_steps >= next_eval_at or iteration == num_iterations:
-            last_eval = run_evaluation(env_steps, iteration)
-            while next_eval_at <= env_steps:
-                next_eval_at += cfg.eval.every_steps
+                if env_steps >= next_eval_at or iteration == num_iterations:
+                    last_eval = run_evaluation(env_steps, iteration)
+                    while next_eval_at <= env_steps:
+                        next_eval_at += cfg.eval.every_steps
+
+                interrupted = signals.received is not None
+                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
+                                               or iteration == num_iterations):
+                    write_checkpoint(iteration)
+                    while next_checkpoint_at <= env_steps:
+                        next_checkpoint_at += checkpoint_every
+                if interrupted and iteration < num_iterations:
+                    write_json_atomic(run_dir / "summary.json", {
+                        **summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
+                        "checkpointed": bool(cfg.logging.checkpoint)})
+                    signals.hand_over(env_steps)
+    except Exception as error:
+        if not isinstance(error, TrainingInterrupted):
+            # The failure is recorded in the run's own directory, which the report then lists as failed.
+            write_json_atomic(run_dir / "summary.json", {
+                **summary_base("failed"), "error": f"{type(error).__name__}: {error}"})
+        raise
+    finally:
+        logger.close()
+        episodes_log.close()
+        envs.close()
+        evaluator.close()
 
     wall_time = time.perf_counter() - start_time
-    checkpoint = {
-        "algorithm": algorithm.state_dict(),
-        "obs_normalizer": obs_normalizer.state_dict(),
-        "reward_scaler": reward_scaler.state_dict(),
-        "env_steps": env_steps,
-        "iteration": num_iterations,
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    if cfg.logging.checkpoint:
-        save_atomic(checkpoint, run_dir / "checkpoint.pt")
     summary = {
-        "status": "complete",
-        "env": env_cfg.name,
-        "algo": algo_cfg.name,
-        "seed": cfg.seed,
-        "env_steps": env_steps,
+        **summary_base("complete"),
         "iterations": num_iterations,
         "final_eval_return_mean": last_eval["eval_return_mean"] if last_eval else None,
         "final_eval_return_std": last_eval["eval_return_std"] if last_eval else None,
@@ -190,13 +392,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         "sps": env_steps / wall_time,
         "versions": versions(),
         "git_commit": commit,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": resolved_config,
     }
     write_json_atomic(run_dir / "summary.json", summary)
-    logger.close()
-    episodes_log.close()
-    envs.close()
-    evaluator.close()
     return summary
 
 

@@ -52,6 +52,14 @@ def one_of(key: str, options) -> Rule:
     return key, lambda v: v in options, "one of " + ", ".join(map(str, options))
 
 
+def name(key: str) -> Rule:
+    return key, lambda v: isinstance(v, str) and len(v) > 0 and "/" not in v, "a non-empty name without '/'"
+
+
+def number(key: str) -> Rule:
+    return key, _is_number, "a number"
+
+
 COMMON_RULES: list[Rule] = [
     positive_int("seed", minimum=0),
     positive_int("total_steps"),
@@ -63,7 +71,15 @@ COMMON_RULES: list[Rule] = [
     boolean("logging.tensorboard"),
     boolean("logging.progress_bar"),
     boolean("logging.checkpoint"),
+    positive_int("logging.checkpoint_every_steps"),
+    name("env.name"),
+    one_of("env.family", ["classic", "classic_continuous", "mujoco"]),
     ("env.id", lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"),
+    positive_int("env.total_steps"),
+    positive_int("env.eval_every_steps"),
+    positive_int("env.eval_episodes"),
+    number("env.random_score"),
+    ("env.reference_score", lambda v: v is None or _is_number(v), "null (left out of normalised scores) or a number"),
     positive_int("env.num_envs"),
     positive_int("env.num_steps"),
     boolean("env.normalize_obs"),
@@ -73,6 +89,7 @@ COMMON_RULES: list[Rule] = [
 ]
 
 PPO_RULES: list[Rule] = [
+    name("algo.name"),
     ("algo.hidden_sizes", lambda v: isinstance(v, list) and len(v) > 0 and all(_is_int(x) and x > 0 for x in v),
      "a non-empty list of positive integers"),
     positive_number("algo.lr"),
@@ -121,6 +138,7 @@ def _momentum_only_on_sgd(block) -> bool:
 # Outer-PPO (spec section 3). The outer lr may be 0: the behaviour parameters then
 # never move (a diagnostic setting and a test case), so it is allowed on purpose.
 OUTER_PPO_RULES: list[Rule] = [
+    name("algo.name"),
     *optimizer_rules("algo.inner_optimizer", lr_may_be_zero=False),
     *optimizer_rules("algo.outer_optimizer", lr_may_be_zero=True),
     boolean("algo.outer_optimizer.anneal_lr"),
@@ -139,6 +157,15 @@ HP3O_RULES: list[Rule] = [
     boolean("algo.best_baseline"),
     positive_number("algo.baseline_distance_threshold"),
 ]
+
+# env.hparams: the task family's PPO defaults, which the algo presets interpolate
+# (algo.lr: ${env.hparams.lr}); any subset of these keys, each in its algo.* range.
+ENV_HPARAM_RULES: dict[str, Rule] = {
+    key.removeprefix("algo."): (key.replace("algo.", "env.hparams.", 1), check, allowed)
+    for key, check, allowed in PPO_RULES
+    if key in ("algo.lr", "algo.gamma", "algo.gae_lambda", "algo.update_epochs", "algo.num_minibatches",
+               "algo.ent_coef", "algo.vf_coef", "algo.clip_coef", "algo.max_grad_norm")
+}
 
 # Extra rules per algorithm kind (the `algorithm` key of a preset); PPO's apply to all.
 ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": [], "outer_ppo": OUTER_PPO_RULES, "hp3o": HP3O_RULES}
@@ -174,6 +201,16 @@ def validate_config(cfg: DictConfig) -> None:
         if not check(value):
             errors.append(f"{key} must be {allowed}, got {value!r}")
 
+    hparams = data.get("env", {}).get("hparams", {})
+    for hparam, value in (hparams.items() if isinstance(hparams, dict) else []):
+        if hparam not in ENV_HPARAM_RULES:
+            errors.append(f"env.hparams.{hparam} is not a task-family hyperparameter "
+                          f"(known: {', '.join(ENV_HPARAM_RULES)})")
+            continue
+        key, check, allowed = ENV_HPARAM_RULES[hparam]
+        if not check(value):
+            errors.append(f"{key} must be {allowed}, got {value!r}")
+
     if not errors:
         errors += _cross_checks(data)
     if errors:
@@ -195,6 +232,9 @@ def _cross_checks(data: dict) -> list[str]:
         )
     if algo["algorithm"] == "hp3o":
         errors += _hp3o_cross_checks(algo)
+    if env["reference_score"] is not None and env["reference_score"] <= env["random_score"]:
+        errors.append(f"env.reference_score must be > env.random_score = {env['random_score']} (scores are "
+                      f"normalised by their difference), got {env['reference_score']}")
     return errors
 
 

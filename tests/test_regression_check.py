@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT, compose_config
 from omegaconf import OmegaConf
 
 import algorithms.hp3o
 import algorithms.ppo
 from algorithms.core import compute_gae
-from benchmarks.regression import compare, main as regression_main
+from benchmarks.regression import compare
+from benchmarks.regression import main as regression_main
 from benchmarks.runs import load_runs
 from benchmarks.trainer import train
-from conftest import ROOT, compose_config
 
 REFERENCE = ROOT / "results" / "reference" / "ci"
 EXPERIMENT = OmegaConf.load(ROOT / "conf" / "experiment" / "regression_ci.yaml")

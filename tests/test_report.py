@@ -3,10 +3,11 @@
 import filecmp
 
 import pandas as pd
-
-from benchmarks.report import bootstrap_mean_ci, interquartile_mean, main as report_main
-from benchmarks.trainer import train
 from conftest import QUIET
+
+from benchmarks.report import bootstrap_mean_ci, interquartile_mean
+from benchmarks.report import main as report_main
+from benchmarks.trainer import train
 
 
 def test_report_writes_tables_and_plots_and_regenerates_identically(make_config, tmp_path):
@@ -53,3 +54,27 @@ def test_bootstrap_ci_and_iqm_on_known_values():
     low, high = bootstrap_mean_ci([0.0, 10.0])
     assert 0.0 <= low < 5.0 < high <= 10.0
     assert interquartile_mean([1, 2, 3, 4, 100, 5, 6, 7]) == 4.5  # middle half of 1..7,100
+
+
+def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, tmp_path, capsys):
+    import json
+    import shutil
+
+    suite = tmp_path / "runs" / "mixed"
+    good = suite / "CartPole" / "ppo" / "seed0"
+    train(make_config(["env=CartPole", "algo=ppo", "total_steps=1024", "eval.every_steps=512", *QUIET]), good)
+    for name in ("seed1", "seed2", "seed3", "seed4"):
+        shutil.copytree(good, good.parent / name)
+    (good.parent / "seed1" / "summary.json").write_text(json.dumps({"status": "failed", "error": "NonFiniteError: x"}))
+    (good.parent / "seed2" / "summary.json").unlink()  # killed: resumable
+    (good.parent / "seed3" / "summary.json").write_text('{"status": "comp')  # torn write
+    (good.parent / "seed4" / "eval.csv").unlink()
+    with (good / "eval.csv").open("a") as log:
+        log.write("1536,3,0.5,20")  # a half-written last row is dropped, not a reason to skip
+    report_main([str(suite), "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "skipped CartPole/ppo/seed1: failed: NonFiniteError: x" in out
+    assert "skipped CartPole/ppo/seed2: partial: no summary.json" in out
+    assert "skipped CartPole/ppo/seed3: corrupt summary.json (JSONDecodeError)" in out
+    assert "skipped CartPole/ppo/seed4: corrupt logs (FileNotFoundError" in out
+    assert "mixed: 1 runs" in out

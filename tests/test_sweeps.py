@@ -6,7 +6,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT
 
 

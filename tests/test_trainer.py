@@ -5,11 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import QUIET, ROOT
 
 from algorithms.core import Rollout
 from algorithms.ppo import PPO
 from benchmarks.trainer import train
-from conftest import QUIET, ROOT
 
 ENV_NAMES = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}

@@ -1,0 +1,264 @@
+"""Issue 8: interrupted runs resume to exactly the numbers of an uninterrupted run; bad states stop cleanly."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from algorithms.ppo import PPO
+from benchmarks.env_state import load_vector_env_state, vector_env_state
+from benchmarks.envs import make_vector_env
+from benchmarks.logger import read_csv_complete_rows
+from benchmarks.trainer import CheckpointError, NonFiniteError, train
+from tests.conftest import QUIET, ROOT
+
+TIMING = ("wall_time", "sps", "rollout_time", "update_time")
+# CartPole: 4 envs x 128 steps = 512 env steps per iteration, 12 iterations, a checkpoint every iteration.
+SMALL_RUN = ["env=CartPole", "total_steps=6144", "eval.every_steps=1024", "eval.episodes=2",
+             "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
+
+
+def metrics(run_dir: Path) -> dict[str, pd.DataFrame]:
+    frames = {}
+    for name in ("train", "eval", "episodes"):
+        frame = pd.read_csv(run_dir / f"{name}.csv")
+        frames[name] = frame[[c for c in frame.columns if c not in TIMING]]
+    return frames
+
+
+def assert_same_metrics(a: Path, b: Path) -> None:
+    for name, frame in metrics(a).items():
+        pd.testing.assert_frame_equal(frame, metrics(b)[name], check_exact=True, obj=name)
+
+
+def launch(overrides: list[str], run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until train.csv holds `rows` data rows (the process is then mid-run)."""
+    deadline = time.monotonic() + timeout
+    path = run_dir / "train.csv"
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") - 1 >= rows:
+            return
+        assert process.poll() is None, f"the run ended early: {process.communicate()}"
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} never reached {rows} rows")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o"])
+def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers(algo, tmp_path):
+    overrides = [f"algo={algo}", *SMALL_RUN]
+    reference = launch(overrides, tmp_path / "reference")
+    assert reference.wait() == 0, reference.communicate()
+
+    kill_after = random.Random(f"kill-{algo}").randint(2, 10)  # fixed per algo, anywhere mid-run
+    victim = launch(overrides, tmp_path / "killed")
+    wait_for_rows(tmp_path / "killed", kill_after, victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists()
+
+    resumed = launch(overrides, tmp_path / "killed")
+    _, stderr = resumed.communicate()
+    assert resumed.returncode == 0, stderr
+    assert "resuming" in stderr and "from its checkpoint at" in stderr
+    assert_same_metrics(tmp_path / "reference", tmp_path / "killed")
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["status"] == "complete" and len(summary["resumed_at_env_steps"]) == 1
+
+
+def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(tmp_path):
+    # HalfCheetah: the resume must restore the MuJoCo state mid-episode (episodes last 1000 steps).
+    overrides = ["env=HalfCheetah", "algo=ppo", "total_steps=3072", "env.num_steps=256", "eval.every_steps=1024",
+                 "eval.episodes=1", "logging.checkpoint_every_steps=100000", "logging.progress_bar=false"]
+    reference = launch(overrides, tmp_path / "reference")
+    assert reference.wait() == 0, reference.communicate()
+
+    victim = launch(overrides, tmp_path / "run")
+    wait_for_rows(tmp_path / "run", 5, victim)
+    victim.send_signal(signal.SIGTERM)
+    _, stderr = victim.communicate(timeout=60)
+    assert victim.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr
+    assert "SIGTERM at" in stderr and "rerun the same command to resume" in stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    stopped_at = summary["env_steps"]
+    # The only checkpoint is the signal's (the periodic interval is never reached).
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["env_steps"] == stopped_at
+
+    resumed = launch(overrides, tmp_path / "run")
+    _, stderr = resumed.communicate()
+    assert resumed.returncode == 0, stderr
+    assert f"from its checkpoint at {stopped_at} env steps" in stderr
+    assert_same_metrics(tmp_path / "reference", tmp_path / "run")
+
+
+def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(make_config, tmp_path, monkeypatch):
+    """submitit installs a SIGUSR2 handler that requeues the job; it must still run, after our checkpoint."""
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path / "reference")
+
+    calls = []
+
+    def launcher_handler(signum, frame):  # stands in for submitit's checkpoint_and_try_requeue
+        calls.append(torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["iteration"])
+        raise SystemExit(-1)
+
+    original_update = PPO.update
+
+    def update_then_signal(self, rollout, iteration):
+        if iteration == 4:
+            os.kill(os.getpid(), signal.SIGUSR2)  # arrives mid-iteration
+        return original_update(self, rollout, iteration)
+
+    previous = signal.signal(signal.SIGUSR2, launcher_handler)
+    try:
+        monkeypatch.setattr(PPO, "update", update_then_signal)
+        with pytest.raises(SystemExit):
+            train(cfg, tmp_path / "run")
+        assert signal.getsignal(signal.SIGUSR2) is launcher_handler  # restored
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert calls == [4], "the launcher's handler runs once, after the iteration finished and was checkpointed"
+    monkeypatch.setattr(PPO, "update", original_update)
+    train(cfg, tmp_path / "run")
+    assert_same_metrics(tmp_path / "reference", tmp_path / "run")
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(make_config, tmp_path, capfd):
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path / "reference")
+    train(cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    # As if killed right after the last checkpoint was written, with the file then damaged.
+    (run / "summary.json").unlink()
+    newest = run / "checkpoint.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    train(cfg, run)
+    err = capfd.readouterr().err
+    assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err
+    assert_same_metrics(tmp_path / "reference", run)
+
+
+def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(tmp_path):
+    run = tmp_path / "run"
+    process = launch(["algo=ppo", *SMALL_RUN], run)
+    assert process.wait() == 0
+    (run / "summary.json").unlink()
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        (run / name).write_bytes(b"PK\x03\x04 truncated")
+    rows_before = (run / "train.csv").read_text()
+    process = launch(["algo=ppo", *SMALL_RUN], run)
+    _, stderr = process.communicate()
+    assert process.returncode == 1
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "Traceback" not in stderr
+    assert "checkpoint.pt is unreadable" in error_lines[0] and "checkpoint.prev.pt is unreadable" in error_lines[0]
+    assert "Delete the run directory to start over" in error_lines[0]
+    assert (run / "train.csv").read_text() == rows_before  # nothing trained, nothing overwritten
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
+    train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
+    (tmp_path / "summary.json").unlink()
+    with pytest.raises(CheckpointError, match="was written with a different config"):
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3"]), tmp_path)
+
+
+@pytest.mark.parametrize("poison, message", [
+    ("parameter", r"non-finite parameter actor\.layers\.0\.weight at iteration 3 \(1536 env steps\); "
+                  r"the last good checkpoint is kept"),
+    ("loss", r"non-finite policy_loss \(nan\) at iteration 3 \(1536 env steps\)"),
+])
+def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, message, make_config, tmp_path,
+                                                                        monkeypatch):
+    original_update = PPO.update
+
+    def poisoned_update(self, rollout, iteration):
+        stats = original_update(self, rollout, iteration)
+        if iteration == 3:
+            if poison == "parameter":
+                with torch.no_grad():
+                    self.policy.actor.layers[0].weight[0, 0] = float("nan")
+            else:
+                stats["policy_loss"] = float("nan")
+        return stats
+
+    monkeypatch.setattr(PPO, "update", poisoned_update)
+    with pytest.raises(NonFiniteError, match=message):
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "non-finite" in summary["error"]
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert checkpoint["iteration"] == 2
+    assert all(torch.isfinite(p).all() for p in checkpoint["algorithm"]["policy"].values())
+    assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1, 2]
+
+
+ALL_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",
+             "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "Swimmer-v5",
+             "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", "Pusher-v5"]
+
+
+def rollout(envs, actions) -> list:
+    steps = []
+    for action in actions:
+        obs, reward, terminated, truncated, info = envs.step(action)
+        steps.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(),
+                      info.get("episode", {}).get("r", np.zeros(0)).copy()))
+    return steps
+
+
+@pytest.mark.parametrize("env_id", ALL_TASKS)
+def test_env_snapshot_restores_every_task_bit_exactly(env_id):
+    """Mid-episode snapshot -> fresh env in another state -> identical future for identical actions."""
+    source = make_vector_env(env_id, 2, seed=0)
+    source.reset(seed=0)
+    source.action_space.seed(1)
+    actions = [source.action_space.sample() for _ in range(260)]
+    rollout(source, actions[:130])  # classic-control episodes end and autoreset in here
+    buffer = io.BytesIO()
+    torch.save(vector_env_state(source), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+
+    target = make_vector_env(env_id, 2, seed=7)
+    target.reset(seed=7)
+    rollout(target, actions[:17])
+    load_vector_env_state(target, state)
+    expected, restored = rollout(source, actions[130:]), rollout(target, actions[130:])
+    for step, (a, b) in enumerate(zip(expected, restored)):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y), f"{env_id}: differs at step {step} after the restore"
+
+
+def test_env_snapshot_refuses_a_different_layout():
+    state = vector_env_state(make_vector_env("CartPole-v1", 2, seed=0))
+    with pytest.raises(ValueError, match="num_envs or wrappers changed"):
+        load_vector_env_state(make_vector_env("CartPole-v1", 3, seed=0), state)
+    assert isinstance(make_vector_env("CartPole-v1", 1, seed=0).unwrapped, gym.vector.SyncVectorEnv)
+
+
+def test_reader_drops_a_half_written_last_line(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("env_steps,episode_return\n512,21.5\n1024,3")  # killed mid-row
+    frame = read_csv_complete_rows(path)
+    assert frame["env_steps"].tolist() == [512]

@@ -1,0 +1,95 @@
+"""Config validation: every key of every algo x env config has a rule; each bad value is one clear line."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from benchmarks.validate import (
+    ALGORITHM_RULES,
+    COMMON_RULES,
+    ENV_HPARAM_RULES,
+    PPO_RULES,
+    ConfigError,
+    validate_config,
+)
+from tests.conftest import ROOT
+
+ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
+ENVS = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
+
+
+def leaf_keys(node: dict, prefix: str = ""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from leaf_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_key_of_every_config_has_a_rule_and_every_shipped_config_passes(algo, make_config):
+    for env in ENVS:
+        cfg = make_config([f"algo={algo}", f"env={env}"])
+        validate_config(cfg)
+        data = OmegaConf.to_container(cfg, resolve=True)
+        ruled = {rule[0] for rule in COMMON_RULES + PPO_RULES + ALGORITHM_RULES[data["algo"]["algorithm"]]}
+        ruled |= {rule[0] for rule in ENV_HPARAM_RULES.values()} | {"algo.algorithm"}
+        unchecked = [key for key in leaf_keys(data)
+                     if not any(key == r or key.startswith(r + ".") for r in ruled)]
+        assert not unchecked, f"algo={algo} env={env}: keys without a validation rule: {unchecked}"
+
+
+BAD_CONFIGS = [
+    (["logging.checkpoint_every_steps=0"], "logging.checkpoint_every_steps must be an integer >= 1, got 0"),
+    (["eval.episodes=0"], "eval.episodes must be an integer >= 1, got 0"),
+    (["eval.every_steps=-5"], "eval.every_steps must be an integer >= 1, got -5"),
+    (["torch_threads=0"], "torch_threads must be an integer >= 1, got 0"),
+    (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
+    (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
+    (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
+    (["algo.hidden_sizes=[64,0]"], "algo.hidden_sizes must be a non-empty list of positive integers, got [64, 0]"),
+    (["algo.ent_coef=-0.01"], "algo.ent_coef must be a number >= 0, got -0.01"),
+    (["algo.max_grad_norm=0"], "algo.max_grad_norm must be a number > 0, got 0"),
+    (["env.obs_clip=0"], "env.obs_clip must be a number > 0, got 0"),
+    (["env.normalize_obs=1"], "env.normalize_obs must be true or false, got 1"),
+    (["env.family=atari"], "env.family must be one of classic, classic_continuous, mujoco, got 'atari'"),
+    (["env.name=a/b"], "env.name must be a non-empty name without '/', got 'a/b'"),
+    (["env.reference_score=0"],
+     "env.reference_score must be > env.random_score = 25.08 (scores are normalised by their difference), got 0"),
+    (["env.hparams.lr=0"], "env.hparams.lr must be a number > 0, got 0"),
+    (["+env.hparams.learning_rate=0.1"], "env.hparams.learning_rate is not a task-family hyperparameter"),
+    (["algo=outer_ppo", "algo.outer_optimizer.type=rmsprop"],
+     "algo.outer_optimizer.type must be one of sgd, adam, adamw, got 'rmsprop'"),
+    (["algo=outer_ppo", "algo.inner_optimizer.lr=0"], "algo.inner_optimizer.lr must be a number > 0, got 0"),
+    (["algo=outer_ppo", "algo.outer_optimizer.betas=[0.9]"],
+     "algo.outer_optimizer.betas must be a list of two numbers in [0, 1), got [0.9]"),
+    (["algo=outer_ppo", "algo.outer_optimizer.momentum=0.5"],
+     "algo.outer_optimizer must be momentum 0 and nesterov false unless type is sgd"),
+    (["algo=outer_ppo_nesterov", "algo.outer_optimizer.momentum=1.0"],
+     "algo.outer_optimizer.momentum must be a number in [0, 1), got 1.0"),
+    (["algo=outer_ppo", "algo.apply_to=critic"], "algo.apply_to must be one of all, actor, got 'critic'"),
+    (["algo=outer_ppo", "algo.bias_coef=-1"], "algo.bias_coef must be a number >= 0, got -1"),
+    (["algo=hp3o", "algo.buffer_size=0"], "algo.buffer_size must be an integer >= 1, got 0"),
+    (["algo=hp3o", "algo.trajectories_per_batch=99", "algo.buffer_size=10"],
+     "algo.trajectories_per_batch must be <= algo.buffer_size = 10, got 99"),
+    (["algo=hp3o", "algo.steps_per_batch=1", "algo.trajectories_per_batch=4"],
+     "algo.steps_per_batch must be >= algo.trajectories_per_batch = 4 (at least one step per trajectory), got 1"),
+    (["algo=hp3o", "algo.minibatch_size=0"], "algo.minibatch_size must be an integer >= 1, got 0"),
+    (["algo=hp3o_plus", "algo.baseline_distance_threshold=0"],
+     "algo.baseline_distance_threshold must be a number > 0, got 0"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_CONFIGS, ids=[" ".join(o) for o, _ in BAD_CONFIGS])
+def test_bad_configuration_gives_one_line_naming_key_and_range(overrides, message, make_config):
+    with pytest.raises(ConfigError) as raised:
+        validate_config(make_config(["env=CartPole", *overrides]))
+    lines = str(raised.value).splitlines()
+    assert any(message in line for line in lines), lines
+    # One line per bad key; only env.hparams.* also invalidates the algo.* key that interpolates it.
+    assert len(lines) == (2 if overrides[0].startswith("env.hparams") else 1), lines
+
+
+def test_there_are_at_least_fifteen_distinct_bad_configurations():
+    assert len({message for _, message in BAD_CONFIGS}) >= 15
