@@ -1,0 +1,154 @@
+"""What the papers claim next to what this suite measured: probability of improvement over PPO with 95% CIs.
+
+    python -m benchmarks.claims                      # results/runs/classic + results/runs/mujoco
+    python -m benchmarks.claims SUITE_DIR ... --out results/tables
+
+Writes results/tables/claims.md and claims.csv. Scores are raw returns per
+task: the probability of improvement compares runs within a task and then
+averages over tasks, so no normalisation is needed (Walker2d has no reference
+score). Tasks enter a group only where both PPO and the candidate have runs,
+and each group uses the first k seeds, k the smallest seed count among its
+tasks (rliable's stratified bootstrap needs equal runs per task).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.report import RESULTS, area_under_curve, eval_curves, probability_of_improvement
+from benchmarks.runs import load_runs
+
+CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
+              "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
+MUJOCO = CONTINUOUS - {"Pendulum", "MountainCarContinuous"}
+
+# (paper, what it claims, preset, task group, metric)
+CLAIMS = [
+    ("Outer-PPO", "outer lr sigma > 1 beats tuned PPO (Brax, Jumanji)", "outer_ppo_lr", "mujoco", "final"),
+    ("Outer-PPO", "outer lr sigma > 1: no gain on discrete MinAtar", "outer_ppo_lr", "discrete", "final"),
+    ("Outer-PPO", "outer Nesterov momentum beats tuned PPO (Brax, Jumanji)", "outer_ppo_nesterov", "mujoco", "final"),
+    ("Outer-PPO", "outer Nesterov momentum: no gain on discrete MinAtar", "outer_ppo_nesterov", "discrete", "final"),
+    ("Outer-PPO", "biased inner start beats tuned PPO (Brax, Jumanji)", "outer_ppo_biased", "mujoco", "final"),
+    ("Outer-PPO", "biased inner start: no gain on discrete MinAtar", "outer_ppo_biased", "discrete", "final"),
+    ("(user default)", "inner SGD lr 1 + outer AdamW: not a paper claim", "outer_ppo", "mujoco", "final"),
+    ("(user default)", "inner SGD lr 1 + outer AdamW: not a paper claim", "outer_ppo", "discrete", "final"),
+    ("HP3O", "better sample efficiency than PPO on continuous control", "hp3o", "continuous", "auc"),
+    ("HP3O", "lower variance across seeds than PPO on continuous control", "hp3o", "continuous", "std"),
+    ("HP3O", "final return (not claimed; for context)", "hp3o", "continuous", "final"),
+    ("HP3O+", "better sample efficiency than PPO on continuous control", "hp3o_plus", "continuous", "auc"),
+    ("HP3O+", "lower variance across seeds than PPO on continuous control", "hp3o_plus", "continuous", "std"),
+    ("HP3O+", "final return (not claimed; for context)", "hp3o_plus", "continuous", "final"),
+]
+METRIC_TEXT = {
+    "final": "P(final eval return > PPO's)",
+    "auc": "P(area under eval curve > PPO's)",
+    "std": "seed std of final return / PPO's (geometric mean over tasks; < 1 = lower variance)",
+}
+
+
+def in_group(task: str, group: str) -> bool:
+    return {"mujoco": task in MUJOCO, "continuous": task in CONTINUOUS, "discrete": task not in CONTINUOUS}[group]
+
+
+def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.ndarray]:
+    """(task, algo) -> scores of seeds 0, 1, ... in seed order (final eval return or AUC)."""
+    grouped: dict[tuple, list[dict]] = {}
+    for run in runs:
+        grouped.setdefault((run["env"], run["algo"]), []).append(run)
+    scores = {}
+    for key, group in grouped.items():
+        curves = eval_curves(sorted(group, key=lambda r: r["seed"]))
+        if metric == "auc":
+            scores[key] = np.array([area_under_curve(curves[seed]) for seed in curves.columns])
+        else:
+            scores[key] = curves.iloc[-1].to_numpy()
+    return scores
+
+
+def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
+    scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
+    tasks = sorted(task for task, algo in scores if algo == candidate and in_group(task, group)
+                   and (task, "ppo") in scores)
+    if not tasks:
+        return None
+    seeds = min(min(len(scores[(t, candidate)]), len(scores[(t, "ppo")])) for t in tasks)
+    ours = np.stack([scores[(t, candidate)][:seeds] for t in tasks], axis=1)
+    ppo = np.stack([scores[(t, "ppo")][:seeds] for t in tasks], axis=1)
+    steps = sorted({run["env_steps"] for run in runs if run["env"] in tasks})
+    row = {"tasks": ", ".join(tasks), "seeds": seeds, "env_steps": "/".join(f"{s // 1000}k" for s in steps)}
+    if metric == "std":
+        ratios = ours.std(axis=0) / ppo.std(axis=0)
+        row.update(value=float(np.exp(np.mean(np.log(ratios)))), ci_low=np.nan, ci_high=np.nan,
+                   per_task=", ".join(f"{r:.2f}" for r in ratios))
+    else:
+        point, low, high = probability_of_improvement(ours, ppo)
+        row.update(value=point, ci_low=low, ci_high=high, per_task="")
+    return row
+
+
+def verdict(row: dict, metric: str) -> str:
+    if metric == "std":
+        return ("lower" if row["value"] < 1 else "not lower") + " (point estimate, no CI)"
+    if row["ci_low"] > 0.5:
+        return "better (CI above 0.5)"
+    if row["ci_high"] < 0.5:
+        return "worse (CI below 0.5)"
+    return "no difference established (CI spans 0.5)"
+
+
+def claims_table(runs: list[dict]) -> pd.DataFrame:
+    rows = []
+    for paper, claim, preset, group, metric in CLAIMS:
+        row = measure(runs, preset, group, metric)
+        if row is None:
+            continue
+        rows.append({"paper": paper, "claim": claim, "preset": preset, "group": group, "metric": metric, **row,
+                     "verdict": verdict(row, metric)})
+    return pd.DataFrame(rows)
+
+
+def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
+    def measured(row) -> str:
+        if row["metric"] == "std":
+            return f"{row['value']:.2f} (per task {row['per_task']})"
+        return f"{row['value']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+
+    shown = pd.DataFrame({
+        "paper": table["paper"], "claim": table["claim"], "preset": table["preset"],
+        "tasks (seeds, budget)": [f"{t} ({s} seeds, {b})" for t, s, b in
+                                  zip(table["tasks"], table["seeds"], table["env_steps"])],
+        "measured": [f"{METRIC_TEXT[m].split(' (')[0]}: {measured(r)}" for m, (_, r) in
+                     zip(table["metric"], table.iterrows())],
+        "verdict": table["verdict"],
+    })
+    sources = ", ".join(f"results/runs/{p.name}" for p in suites)
+    return (
+        "# Paper claims vs this suite\n\n"
+        f"Runs: {sources} (`python run.py -m +experiment=classic`, `python run.py -m +experiment=mujoco`); table by "
+        "`python -m benchmarks.claims`. Probability of improvement (rliable, stratified bootstrap, 95% CI) compares "
+        "each seed's score with each PPO seed's on the same task and averages over tasks; a CI containing 0.5 "
+        "means no difference is established at these seed counts.\n\n" + shown.to_markdown(index=False) + "\n"
+    )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", type=Path,
+                        default=[RESULTS / "runs" / "classic", RESULTS / "runs" / "mujoco"])
+    parser.add_argument("--out", type=Path, default=RESULTS / "tables")
+    args = parser.parse_args(argv)
+    runs = [run for suite in args.suites for run in load_runs(suite)]
+    table = claims_table(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.round(6).to_csv(args.out / "claims.csv", index=False)
+    text = claims_markdown(table, args.suites)
+    (args.out / "claims.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The claims table: probability of improvement over PPO per task group, from stored runs."""
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.claims import claims_table, measure
+
+
+def fake_run(env: str, algo: str, seed: int, final: float) -> dict:
+    steps = [0, 50_000, 100_000]
+    curve = pd.DataFrame({"env_steps": steps, "eval_return_mean": [0.0, final / 2, final]})
+    return {"env": env, "algo": algo, "seed": seed, "env_steps": steps[-1], "eval": curve}
+
+
+def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
+    runs = [fake_run(env, "ppo", s, 100.0 + s) for env in ("Hopper", "Walker2d") for s in range(3)]
+    runs += [fake_run(env, "hp3o", s, 200.0 + s) for env in ("Hopper", "Walker2d") for s in range(3)]
+    row = measure(runs, "hp3o", "continuous", "final")
+    assert row["value"] == 1.0 and row["seeds"] == 3 and row["tasks"] == "Hopper, Walker2d"
+    assert measure(runs, "ppo", "continuous", "final")["value"] == 0.5  # ties count half
+    assert measure(runs, "hp3o", "discrete", "final") is None  # no discrete task ran
+
+
+def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
+    runs = [fake_run("Hopper", "ppo", s, v) for s, v in enumerate([0.0, 10.0, 20.0])]
+    runs += [fake_run("Hopper", "hp3o", s, v) for s, v in enumerate([0.0, 5.0, 10.0])]
+    runs += [fake_run("Pendulum", "ppo", s, v) for s, v in enumerate([0.0, 1.0, 2.0])]
+    runs += [fake_run("Pendulum", "hp3o", s, v) for s, v in enumerate([0.0, 2.0, 4.0])]
+    row = measure(runs, "hp3o", "continuous", "std")
+    assert np.isclose(row["value"], 1.0)  # sqrt(0.5 * 2)
+    table = claims_table(runs)
+    assert set(table["preset"]) == {"hp3o"} and (table["seeds"] == 3).all()
