@@ -24,3 +24,22 @@ def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launche
     good = tmp_path / "1"
     assert json.loads((good / "summary.json").read_text())["status"] == "complete"
     assert pd.read_csv(good / "train.csv")["env_steps"].iloc[-1] == 1024
+
+
+def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
+    """submitit_local sends SIGUSR2 30 s before its 1-minute time limit, as Slurm does before preemption:
+    the run checkpoints, submitit requeues it, and the requeued job resumes and completes."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
+         "env=HalfCheetah", "algo=ppo", "seed=0", "total_steps=61440", "eval.every_steps=20480", "eval.episodes=1",
+         "logging.tensorboard=false", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    logs = "".join(path.read_text() for path in (tmp_path / ".submitit").rglob("*_log.*"))
+    assert "Caught signal SIGUSR2" in logs and "Requeued job" in logs
+    assert "resuming" in logs and "from its checkpoint at" in logs
+    summary = json.loads((tmp_path / "0" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["resumed_at_env_steps"]
+    iterations = pd.read_csv(tmp_path / "0" / "train.csv")["iteration"].tolist()
+    assert iterations == list(range(1, 31)), "every iteration logged exactly once across the requeue"
