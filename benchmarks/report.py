@@ -178,8 +178,13 @@ def save_figure(fig, stem: Path) -> list[Path]:
     return paths
 
 
+def _format_steps(steps: float, _position) -> str:
+    return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
+
+
 def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     written = []
     for env in sorted({run["env"] for run in runs}):
@@ -196,7 +201,7 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
         ax.set_title(f"{env}: evaluation return (mean, 95% bootstrap CI over seeds)", fontsize=10)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("deterministic evaluation return")
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         written += save_figure(fig, plots_dir / f"{suite}_{env}")
