@@ -110,6 +110,21 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(
     assert_same_metrics(tmp_path / "reference", tmp_path / "run")
 
 
+def test_sigusr1_from_slurm_checkpoints_and_stops_the_run_like_sigterm(tmp_path):
+    victim = launch(["algo=hp3o", *SMALL_RUN], tmp_path / "run")
+    wait_for_rows(tmp_path / "run", 3, victim)
+    victim.send_signal(signal.SIGUSR1)
+    _, stderr = victim.communicate(timeout=60)
+    assert victim.returncode == 128 + signal.SIGUSR1, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGUSR1"
+    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert checkpoint["env_steps"] == summary["env_steps"]
+    assert len(checkpoint["algorithm"]["buffer"]["trajectories"]) > 0, "HP3O's buffer travels with the checkpoint"
+    rows = pd.read_csv(tmp_path / "run" / "train.csv")
+    assert rows["env_steps"].iloc[-1] == summary["env_steps"], "no row after the checkpoint"
+
+
 def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(make_config, tmp_path, monkeypatch):
     """submitit installs a SIGUSR2 handler that requeues the job; it must still run, after our checkpoint."""
     cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
