@@ -6,9 +6,9 @@
 Writes results/tables/claims.md and claims.csv. Scores are raw returns per
 task: the probability of improvement compares runs within a task and then
 averages over tasks, so no normalisation is needed (Walker2d has no reference
-score). Tasks enter a group only where both PPO and the candidate have runs,
-and each group uses the first k seeds, k the smallest seed count among its
-tasks (rliable's stratified bootstrap needs equal runs per task).
+score). Tasks enter a group only where both PPO and the candidate have at least 3
+complete seeds, and each group uses the first k seeds, k the smallest seed
+count among its tasks (rliable's stratified bootstrap needs equal runs per task).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from benchmarks.runs import load_runs
 CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
               "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
 MUJOCO = CONTINUOUS - {"Pendulum", "MountainCarContinuous"}
+MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
 # (paper, what it claims, preset, task group, metric)
 CLAIMS = [
@@ -72,7 +73,8 @@ def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.n
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
     scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(task, group)
-                   and (task, "ppo") in scores)
+                   and (task, "ppo") in scores
+                   and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS)
     if not tasks:
         return None
     seeds = min(min(len(scores[(t, candidate)]), len(scores[(t, "ppo")])) for t in tasks)

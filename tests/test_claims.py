@@ -19,6 +19,8 @@ def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     assert row["value"] == 1.0 and row["seeds"] == 3 and row["tasks"] == "Hopper, Walker2d"
     assert measure(runs, "ppo", "continuous", "final")["value"] == 0.5  # ties count half
     assert measure(runs, "hp3o", "discrete", "final") is None  # no discrete task ran
+    two_seeds = [r for r in runs if not (r["env"] == "Walker2d" and r["algo"] == "hp3o" and r["seed"] == 2)]
+    assert measure(two_seeds, "hp3o", "continuous", "final")["tasks"] == "Hopper"  # Walker2d: too few seeds
 
 
 def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
