@@ -88,12 +88,22 @@ def rliable_estimates(score_dict: dict, func) -> tuple[dict, dict]:
                                       random_state=np.random.RandomState(0))
 
 
+def mean_probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
+    """rliable's metrics.probability_of_improvement, vectorised: per task the Mann-Whitney U of X over Y
+    divided by n_x * n_y, i.e. (#pairs x > y + 0.5 #ties) / (n_x n_y); then the mean over tasks.
+
+    rliable calls scipy's mannwhitneyu once per task per bootstrap resample (2000
+    resamples): that was 90% of the report's run time. The counts are exact in
+    float64, so the values are identical (tests/test_report.py checks it).
+    """
+    pairs_x, pairs_y = scores_x[:, None, :], scores_y[None, :, :]
+    wins = (pairs_x > pairs_y).sum(axis=(0, 1)) + 0.5 * (pairs_x == pairs_y).sum(axis=(0, 1))
+    return float(np.mean(wins / (scores_x.shape[0] * scores_y.shape[0])))
+
+
 def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> tuple[float, float, float]:
     """P(candidate > baseline) averaged over tasks, with its 95% CI; inputs are [runs x tasks] scores."""
-    from rliable import metrics
-
-    point, interval = rliable_estimates({"pair": [candidate, baseline]},
-                                        lambda x, y: metrics.probability_of_improvement(x, y))
+    point, interval = rliable_estimates({"pair": [candidate, baseline]}, mean_probability_of_improvement)
     low, high = np.ravel(interval["pair"])
     return float(point["pair"]), float(low), float(high)
 
@@ -307,8 +317,10 @@ def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
             grid[mus.index(mu), sigmas.index(sigma)] = np.mean(finals)
         fig, ax = plt.subplots(figsize=(1.2 * len(sigmas) + 2.5, 0.9 * len(mus) + 1.8))
         image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
-        for (i, j), value in np.ndenumerate(grid):
-            ax.text(j, i, f"{value:.0f}", ha="center", va="center", color="white", fontsize=8)
+        middle = np.nanmin(grid) + 0.6 * (np.nanmax(grid) - np.nanmin(grid))
+        for (i, j), value in np.ndenumerate(grid):  # dark text on viridis' light yellow end, white elsewhere
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=9,
+                    color="black" if value > middle else "white")
         ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
         ax.set_yticks(range(len(mus)), [f"{m:g}" for m in mus])
         ax.set_xlabel("outer learning rate sigma")

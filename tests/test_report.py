@@ -78,3 +78,18 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     assert "skipped CartPole/ppo/seed3: corrupt summary.json (JSONDecodeError)" in out
     assert "skipped CartPole/ppo/seed4: corrupt logs (FileNotFoundError" in out
     assert "mixed: 1 runs" in out
+
+
+def test_vectorised_probability_of_improvement_equals_rliables():
+    import numpy as np
+    from rliable import metrics
+
+    from benchmarks.report import mean_probability_of_improvement
+
+    rng = np.random.default_rng(0)
+    for runs_x, runs_y, tasks in [(3, 3, 1), (5, 3, 4), (2, 7, 3)]:
+        # Rounded scores: ties between and within algorithms, the case rank-based U must get right.
+        x = rng.integers(0, 4, size=(runs_x, tasks)).astype(float)
+        y = rng.integers(0, 4, size=(runs_y, tasks)).astype(float)
+        assert mean_probability_of_improvement(x, y) == metrics.probability_of_improvement(x, y)
+        assert mean_probability_of_improvement(x, x) == 0.5
