@@ -1,0 +1,73 @@
+"""Per-step cost of Gymnasium's vector wrappers around one MuJoCo env (issue 7's profile).
+
+    python -m benchmarks.env_overhead [--env HalfCheetah-v5] [--steps 3000]
+
+Steps the same random actions through the wrapper stack the trainer uses
+(SyncVectorEnv NEXT_STEP + RecordEpisodeStatistics + ClipAction), then with one
+layer removed at a time, then the bare env; best of 3 per variant, in us/step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+
+class DropInfo(gym.Wrapper):
+    """Measures what merging each sub-env's info dict costs the vector env."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return obs, reward, terminated, truncated, {}
+
+
+def make(env_id: str, copy: bool, drop_info: bool, stats: bool, clip: bool):
+    envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="sync", disable_env_checker=True,
+                        vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP, "copy": copy},
+                        wrappers=[DropInfo] if drop_info else [])
+    if stats:
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    if clip:
+        envs = gym.wrappers.vector.ClipAction(envs)
+    envs.reset(seed=0)
+    return envs
+
+
+def best_us_per_step(step, actions) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for action in actions:
+            step(action)
+        best = min(best, (time.perf_counter() - start) / len(actions))
+    return 1e6 * best
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--steps", type=int, default=3000)
+    args = parser.parse_args(argv)
+    probe = gym.make(args.env)
+    low, high = probe.action_space.low, probe.action_space.high
+    actions = np.random.default_rng(0).uniform(low, high, (args.steps, 1, *low.shape)).astype(np.float32)
+    variants = [
+        ("trainer's stack", dict(copy=True, drop_info=False, stats=True, clip=True)),
+        ("- observation copy", dict(copy=False, drop_info=False, stats=True, clip=True)),
+        ("- per-env info", dict(copy=False, drop_info=True, stats=True, clip=True)),
+        ("- RecordEpisodeStatistics", dict(copy=False, drop_info=True, stats=False, clip=True)),
+        ("- ClipAction", dict(copy=False, drop_info=True, stats=False, clip=False)),
+    ]
+    for name, options in variants:
+        print(f"{name:28s} {best_us_per_step(make(args.env, **options).step, actions):7.1f} us/step")
+    bare = probe.unwrapped
+    bare.reset(seed=0)
+    print(f"{'bare env.step':28s} {best_us_per_step(bare.step, actions[:, 0]):7.1f} us/step")
+
+
+if __name__ == "__main__":
+    main()
