@@ -349,9 +349,9 @@ def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Pat
 def suite_command(suite_dir: Path) -> str:
     """The sweep command, rebuilt from Hydra's multirun.yaml.
 
-    Overrides of `algo` and `seed` are left out: a suite may have been run in
-    parts (subsets of the experiment's own algo x seed grid), and the
-    experiment file lists the whole grid.
+    Overrides of `algo`, `seed` and of any key the experiment sweeps itself
+    are left out: a suite may have been run in parts (subsets of the
+    experiment's own grid), and the experiment file lists the whole grid.
     """
     from omegaconf import OmegaConf
 
@@ -362,7 +362,12 @@ def suite_command(suite_dir: Path) -> str:
         return "; ".join(commands) if commands else f"runs under {suite_dir}"
 
     overrides = OmegaConf.load(multirun).hydra.overrides
-    kept = [o for o in overrides.task if not o.startswith(("algo=", "seed="))]
+    narrowed = {"algo", "seed"}
+    for override in overrides.task:
+        if override.startswith("+experiment="):  # the experiment's own grid, e.g. env for the mujoco suite
+            experiment = OmegaConf.load(CONF_ENV.parent / "experiment" / f"{override.split('=', 1)[1]}.yaml")
+            narrowed |= set(OmegaConf.select(experiment, "hydra.sweeper.params", default={}) or {})
+    kept = [o for o in overrides.task if o.split("=", 1)[0] not in narrowed]
     kept += [o for o in overrides.hydra if o.startswith("hydra.sweep.dir=")]
     return "python run.py -m " + " ".join(kept)
 
