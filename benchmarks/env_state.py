@@ -38,6 +38,11 @@ def _to_stored(value):
     return value
 
 
+def _from_stored(value):
+    """The inverse of _to_stored for what setattr puts back: tensors become writable numpy arrays."""
+    return value.numpy().copy() if isinstance(value, torch.Tensor) else value
+
+
 def _plain(value) -> bool:
     return value is None or isinstance(value, (bool, int, float, np.ndarray, np.generic)) or (
         isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value))
@@ -110,9 +115,7 @@ def load_sub_env_state(env: gym.Env, state: dict) -> None:
         _load_mujoco_state(task, state["mujoco"])
     else:
         for key, value in state["attributes"].items():
-            current = getattr(task, key, None)
-            setattr(task, key, value.numpy().copy() if isinstance(value, torch.Tensor) else
-                    type(current)(value) if isinstance(current, tuple) else value)
+            setattr(task, key, _from_stored(value))
 
 
 def _vector_layers(envs: gym.vector.VectorEnv) -> list:
@@ -144,6 +147,6 @@ def load_vector_env_state(envs: gym.vector.VectorEnv, state: dict) -> None:
         raise ValueError("the checkpoint's env layout differs from this run's (num_envs or wrappers changed)")
     for layer, stored in zip(layers, state["layers"]):
         for key, value in stored.items():
-            setattr(layer, key, value.numpy().copy() if isinstance(value, torch.Tensor) else value)
+            setattr(layer, key, _from_stored(value))
     for env, stored in zip(layers[-1].envs, state["sub_envs"]):
         load_sub_env_state(env, stored)
