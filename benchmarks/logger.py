@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -115,12 +116,20 @@ class RunLogger:
 
 
 def read_csv_complete_rows(path: Path):
-    """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write)."""
+    """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write).
+
+    Reads `<name>.gz` instead when only the packed form exists.
+    """
     import io
 
     import pandas as pd
 
-    text = Path(path).read_text()
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():  # a committed run, packed by `python -m benchmarks.pack`
+        text = gzip.decompress(packed.read_bytes()).decode()
+    else:
+        text = path.read_text()
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     return pd.read_csv(io.StringIO(text))

@@ -16,7 +16,7 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     (run directory, reason) for each.
     """
     runs = []
-    run_dirs = sorted({path.parent for name in ("summary.json", "train.csv")
+    run_dirs = sorted({path.parent for name in ("summary.json", "train.csv", "train.csv.gz")
                        for path in Path(root).rglob(name) if ".hydra" not in path.parts})
     for run_dir in run_dirs:
         reason = None

@@ -1,10 +1,12 @@
 """The report command on real (tiny) runs: tables, plots, byte-identical regeneration."""
 
 import filecmp
+import gzip
 
 import pandas as pd
 from conftest import QUIET
 
+from benchmarks.pack import main as pack_main
 from benchmarks.report import bootstrap_mean_ci, interquartile_mean
 from benchmarks.report import main as report_main
 from benchmarks.trainer import train
@@ -35,6 +37,34 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     assert filecmp.cmp(tmp_path / "a" / "tables" / "tiny_suite_aggregate.md",
                        tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
     assert (tmp_path / "a" / "plots" / "tiny_suite_wall_time.png").exists()
+
+
+def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config, tmp_path):
+    suite = tmp_path / "runs" / "tiny_suite"
+    for seed in (0, 1):
+        cfg = make_config(["env=CartPole", "algo=ppo", f"seed={seed}", "total_steps=1024",
+                           "eval.every_steps=512", *QUIET])
+        train(cfg, suite / "CartPole" / "ppo" / f"seed{seed}")
+    unfinished = suite / "CartPole" / "ppo" / "seed9"  # an interrupted run keeps its plain, resumable CSVs
+    unfinished.mkdir()
+    (unfinished / "train.csv").write_text("iteration\n1\n")
+    (unfinished / "summary.json").write_text('{"status": "interrupted"}')
+    report_main([str(suite), "--out", str(tmp_path / "plain")])
+    seed0 = suite / "CartPole" / "ppo" / "seed0"
+    train_csv = (seed0 / "train.csv").read_bytes()
+
+    pack_main([str(suite)])
+    assert not (seed0 / "train.csv").exists() and not (seed0 / "episodes.csv").exists()
+    assert gzip.decompress((seed0 / "train.csv.gz").read_bytes()) == train_csv
+    assert (unfinished / "train.csv").exists() and not (unfinished / "train.csv.gz").exists()
+    packed_bytes = (seed0 / "train.csv.gz").read_bytes()
+    (seed0 / "train.csv").write_bytes(train_csv)
+    pack_main([str(suite)])
+    assert (seed0 / "train.csv.gz").read_bytes() == packed_bytes  # same CSV, same bytes: no spurious diffs
+
+    report_main([str(suite), "--out", str(tmp_path / "packed")])
+    for name in ("tiny_suite.md", "tiny_suite.csv", "tiny_suite_aggregate.md"):
+        assert filecmp.cmp(tmp_path / "plain" / "tables" / name, tmp_path / "packed" / "tables" / name, shallow=False)
 
 
 def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path):

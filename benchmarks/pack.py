@@ -1,0 +1,65 @@
+"""Gzip the bulky per-run CSVs of complete runs, so that results/ stays small enough to commit.
+
+    python -m benchmarks.pack [ROOT ...]      (default: results/runs)
+
+`train.csv` (one row of ~25 diagnostics per iteration) and `episodes.csv` (one
+row per training episode) are most of a run's bytes; gzip shrinks them about
+4x. Each becomes `<name>.gz` (mtime 0, so the same CSV always packs to the same
+bytes) and the plain file is removed. Every reader in the suite
+(`benchmarks.logger.read_csv_complete_rows`) opens the packed form when the
+plain one is absent, so reports are unchanged. Only runs whose summary.json says
+`complete` are packed: a running or interrupted run keeps appending to - and
+resuming from byte offsets in - its plain CSVs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+PACKED_LOGS = ("train.csv", "episodes.csv")
+
+
+def pack_run(run_dir: Path) -> int:
+    """Pack one complete run's logs; returns the bytes saved (0 when already packed or not complete)."""
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, json.JSONDecodeError):
+        return 0
+    if status != "complete":
+        return 0
+    saved = 0
+    for name in PACKED_LOGS:
+        plain = run_dir / name
+        if not plain.exists():
+            continue
+        data = plain.read_bytes()
+        packed = gzip.compress(data, compresslevel=9, mtime=0)
+        assert gzip.decompress(packed) == data
+        tmp = run_dir / (name + ".gz.tmp")
+        tmp.write_bytes(packed)
+        tmp.replace(run_dir / (name + ".gz"))
+        plain.unlink()
+        saved += len(data) - len(packed)
+    return saved
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("roots", nargs="*", type=Path, default=[Path("results/runs")])
+    args = parser.parse_args(argv)
+    runs = saved = 0
+    for root in args.roots:
+        for summary in sorted(root.rglob("summary.json")):
+            if ".hydra" in summary.parts:
+                continue
+            run_saved = pack_run(summary.parent)
+            runs += run_saved > 0
+            saved += run_saved
+    print(f"packed {runs} runs, {saved / 1e6:.1f} MB saved")
+
+
+if __name__ == "__main__":
+    main()
