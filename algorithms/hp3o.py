@@ -172,7 +172,7 @@ def trajectory_gae(rewards: list[torch.Tensor], values: list[torch.Tensor], boot
 class HP3O(PPO):
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)
-        self.buffer = TrajectoryBuffer(cfg.buffer_size)
+        self.buffer = TrajectoryBuffer(self.cfg.buffer_size)
         # One unfinished episode per env (dict of STEP_FIELDS tensors, or None), sized on the first rollout.
         self.partial_episodes: list[dict | None] = []
 

@@ -62,11 +62,11 @@ class OuterPPO(PPO):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)  # policy + inner optimizer
         # The behaviour parameters the outer step applies to; the others (the critic
         # when apply_to=actor) simply keep theta*_k from the inner loop.
-        if cfg.apply_to == "actor":
+        if self.cfg.apply_to == "actor":
             self.outer_params = self.policy.actor_parameters()
         else:
             self.outer_params = list(self.policy.parameters())
-        self.outer_optimizer = optimizer_from_config(self.outer_params, cfg.outer_optimizer)
+        self.outer_optimizer = optimizer_from_config(self.outer_params, self.cfg.outer_optimizer)
         # g_{k-1} for the cosine diagnostic, theta_k - theta_{k-1} for the biased start; None before iteration 1.
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None

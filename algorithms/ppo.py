@@ -24,8 +24,10 @@ from algorithms.core import (
     compute_gae,
     make_optimizer,
     normalize_advantages,
+    plain_config,
     value_loss,
 )
+from algorithms.numpy_backend import NumpyActorCritic
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
 LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")  # what minibatch_step reads
@@ -33,10 +35,13 @@ LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")  
 
 class PPO:
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
-        self.cfg = cfg
+        self.cfg = plain_config(cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
         self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
         self.optimizer = self.build_optimizer()
+        # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
+        # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
+        self.numpy_policy = NumpyActorCritic(self.policy) if cfg.backend == "numpy" else None
 
     # -- construction -------------------------------------------------------
 
@@ -47,6 +52,8 @@ class PPO:
     # -- acting (called under torch.inference_mode by the trainer) ---------
 
     def act(self, obs: torch.Tensor):
+        if self.numpy_policy is not None:
+            return self.numpy_policy.act(obs)
         return self.policy.act(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -128,6 +135,8 @@ class PPO:
 
     def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
         """One gradient step of -clipped surrogate + c_v * value loss - c_e * entropy."""
+        if self.numpy_policy is not None:
+            return self.numpy_minibatch_step(minibatch, optimizer)
         cfg = self.cfg
         new_log_prob, entropy, new_values = self.policy.evaluate(minibatch["obs"], minibatch["actions"])
         advantages = minibatch["advantages"]
@@ -158,6 +167,14 @@ class PPO:
             "ratio_max": ratio.max(),
         }
 
+    def numpy_minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        """minibatch_step with the loss and its gradient computed in numpy; the torch optimizer steps."""
+        grads, stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)
+        for param, grad in zip(self.numpy_policy.parameters, grads):
+            param.grad = torch.from_numpy(grad)
+        optimizer.step()
+        return stats
+
     # -- checkpoints ----------------------------------------------------------
 
     def state_dict(self) -> dict:
@@ -169,10 +186,10 @@ class PPO:
 
 
 class StatsTracker:
-    """Collects per-minibatch scalar tensors; averages once at the end (one sync, not one per step)."""
+    """Collects per-minibatch scalars (tensors, or floats from the numpy backend); averages once at the end."""
 
     def __init__(self):
-        self.values: dict[str, list[torch.Tensor]] = {}
+        self.values: dict[str, list[torch.Tensor | float]] = {}
 
     def add(self, stats: dict[str, torch.Tensor]) -> None:
         for key, value in stats.items():
@@ -184,7 +201,7 @@ class StatsTracker:
     def means(self) -> dict[str, float]:
         out = {}
         for key, items in self.values.items():
-            stacked = torch.stack(items)
+            stacked = torch.stack(items) if isinstance(items[0], torch.Tensor) else torch.tensor(items)
             out[key] = float(stacked.max()) if key == "ratio_max" else float(stacked.mean())
         return out
 

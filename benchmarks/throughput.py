@@ -3,6 +3,7 @@
     python -m benchmarks.throughput                      # PPO vs SB3: HalfCheetah 1 env, CartPole
     python -m benchmarks.throughput --repeats 3 --steps 20480 --cases HalfCheetah-1env HalfCheetah-8env CartPole
     python -m benchmarks.throughput --algos ppo outer_ppo hp3o --no-sb3
+    python -m benchmarks.throughput --backends torch numpy    # also the numpy backend (algo.backend=numpy)
 
 Same env, rollout, epochs, minibatch size, network, normalisation and 1 torch
 thread for both. SPS = env steps / training time; for this suite the
@@ -38,11 +39,11 @@ CASES = {
 }
 
 
-def compose_config(env: str, algo: str, overrides: list[str], steps: int):
+def compose_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=[
-            f"env={env}", f"algo={algo}", f"total_steps={steps}", *overrides,
+            f"env={env}", f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}", *overrides,
             "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
             "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",
         ])
@@ -95,6 +96,8 @@ def main(argv=None) -> None:
     parser.add_argument("--algos", nargs="+", default=["ppo"], help="conf/algo presets of this suite")
     parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "numpy"],
+                        help="algo.backend values to measure each algo with; numpy rows are named algo[numpy]")
     parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -105,7 +108,10 @@ def main(argv=None) -> None:
         samples: dict[str, list[float]] = {}
         for _ in range(args.repeats):
             for algo in args.algos:
-                samples.setdefault(algo, []).append(ours_sps(compose_config(env, algo, overrides, args.steps)))
+                for backend in args.backends:
+                    name = algo if backend == "torch" else f"{algo}[{backend}]"
+                    cfg = compose_config(env, algo, overrides, args.steps, backend)
+                    samples.setdefault(name, []).append(ours_sps(cfg))
             if not args.no_sb3:
                 samples.setdefault("sb3_ppo", []).append(sb3_sps(compose_config(env, "ppo", overrides, args.steps)))
         medians = {name: statistics.median(values) for name, values in samples.items()}

@@ -91,9 +91,15 @@ class TrainingInterrupted(Exception):
                          f"rerun the same command to resume")
 
 
+# Algorithm keys added after runs were stored, with the value those earlier runs used,
+# so that a stored run still counts as the same config as a rerun of its command.
+LATER_ALGO_KEYS = {"backend": "torch"}
+
+
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in config.items() if k != "logging"}
+    config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
     config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score")}
     return config
 

@@ -106,6 +106,7 @@ PPO_RULES: list[Rule] = [
     non_negative_number("algo.vf_coef"),
     positive_number("algo.max_grad_norm"),
     optional_positive_number("algo.target_kl"),
+    one_of("algo.backend", ["torch", "numpy"]),
 ]
 
 

@@ -1,0 +1,225 @@
+"""PPO's hot path in numpy: acting, and one minibatch's loss with its hand-derived gradient.
+
+Opt-in with `algo.backend=numpy` (default `torch`). Why it exists: the networks
+are tiny (64x64 MLPs), so at a batch of 1 (acting) or 64 (a minibatch) the
+time goes to per-operation overhead, not arithmetic. A torch call costs several
+microseconds of dispatch (and autograd bookkeeping); the same numpy call about
+one. A minibatch step of ~150 torch calls becomes ~60 numpy calls.
+
+What stays the same:
+- the math: every term of ActorCritic.act/evaluate and PPO.minibatch_step
+  (core.py, ppo.py) is written out below with its derivative; tests check the
+  loss, every gradient and every statistic against torch autograd to float32
+  rounding (tests/test_numpy_backend.py);
+- the random stream: action noise and categorical samples are still drawn by
+  torch's generator with the same calls and shapes;
+- the parameters and the optimizer: the arrays here are numpy *views* of the
+  torch parameters (shared memory, updated in place by the torch optimizer,
+  load_state_dict and Outer-PPO's copy_), the gradients are handed to
+  `param.grad`, and the torch optimizer steps - so Outer-PPO and HP3O, which
+  reuse PPO's minibatch step and act, run on this backend unchanged.
+
+What differs: float rounding (numpy's BLAS sums in another order than torch's),
+so the same seed gives a different - statistically equivalent - curve than the
+torch backend. That is why it is not the default: every committed result was
+made with `backend=torch` and reproduces bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from algorithms.core import LOG_SQRT_2PI, ActorCritic
+
+Layers = list[tuple[np.ndarray, np.ndarray]]  # (weight [out, in], bias [out]) per linear layer
+
+
+def mlp_forward(layers: Layers, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """tanh MLP (core.MLP); also returns each layer's input, which the backward pass needs."""
+    inputs = []
+    for weight, bias in layers[:-1]:
+        inputs.append(x)
+        x = np.tanh(x @ weight.T + bias)
+    inputs.append(x)
+    weight, bias = layers[-1]
+    return x @ weight.T + bias, inputs
+
+
+def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray) -> list[np.ndarray]:
+    """Gradients [dW0, db0, dW1, db1, ...] of a scalar loss given d loss / d output."""
+    grads: list[np.ndarray] = []
+    d_pre = d_out  # gradient at the current layer's pre-activation
+    for index in reversed(range(len(layers))):
+        layer_input = inputs[index]
+        grads[:0] = [d_pre.T @ layer_input, d_pre.sum(0)]
+        if index > 0:
+            # layer_input = tanh(previous pre-activation); tanh' = 1 - tanh^2
+            d_pre = (d_pre @ layers[index][0]) * (1.0 - layer_input * layer_input)
+    return grads
+
+
+def min_branch_weight(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 where min(a, b) takes its gradient from a, else 0.
+
+    torch.min splits a tie's gradient 1/2 : 1/2. In both uses below the two
+    branches of a tie have the same gradient (the clip is inactive, or the
+    advantage is 0), so sending all of it to `a` gives the same number.
+    """
+    return (a <= b).astype(np.float32)
+
+
+def inside(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Where torch.clamp(x, low, high) passes the gradient through (bounds included)."""
+    return ((x >= low) & (x <= high)).astype(np.float32)
+
+
+class NumpyActorCritic:
+    """Numpy views of an ActorCritic's parameters, and the act / minibatch-step math on them."""
+
+    def __init__(self, policy: ActorCritic):
+        self.discrete = policy.discrete
+        self.critic: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
+                               for layer in policy.critic.layers]
+        self.actor: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
+                              for layer in policy.actor.layers]
+        self.actor_logstd = None if self.discrete else policy.actor_logstd.detach().numpy()
+        # Parameters in the order minibatch_grads returns their gradients.
+        self.parameters = [p for layer in policy.critic.layers for p in (layer.weight, layer.bias)]
+        self.parameters += [p for layer in policy.actor.layers for p in (layer.weight, layer.bias)]
+        if not self.discrete:
+            self.parameters.append(policy.actor_logstd)
+        for param, view in zip(self.parameters, self.views()):
+            assert np.shares_memory(param.detach().numpy(), view)
+
+    def views(self) -> list[np.ndarray]:
+        views = [array for layer in self.critic + self.actor for array in layer]
+        return views if self.discrete else [*views, self.actor_logstd]
+
+    # -- acting ---------------------------------------------------------------
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ActorCritic.act: (action, log_prob, value), the noise drawn by torch as there."""
+        x = obs.numpy()
+        head, _ = mlp_forward(self.actor, x)
+        value = mlp_forward(self.critic, x)[0][:, 0]
+        if self.discrete:
+            log_probs = log_softmax(head)
+            action = torch.multinomial(torch.from_numpy(np.exp(log_probs)), 1).squeeze(-1)
+            log_prob = log_probs[np.arange(len(head)), action.numpy()]
+            return action, torch.from_numpy(log_prob), torch.from_numpy(value)
+        noise = torch.randn(head.shape).numpy()  # = torch.randn_like(head)
+        action = head + np.exp(self.actor_logstd) * noise
+        log_prob = (-0.5 * noise * noise - self.actor_logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
+        return torch.from_numpy(action), torch.from_numpy(log_prob), torch.from_numpy(value)
+
+    # -- one minibatch of the PPO loss -----------------------------------------
+
+    def minibatch_grads(self, minibatch: dict[str, torch.Tensor], cfg) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Gradient of PPO.minibatch_step's loss w.r.t. self.parameters, clipped to norm cfg.max_grad_norm
+        as torch.nn.utils.clip_grad_norm_ does, and the step's statistics (as minibatch_step's, same order).
+
+        loss = -mean(min(r A, clip(r, 1-e, 1+e) A)) + c_v * value_loss - c_e * mean(entropy)
+        """
+        obs = minibatch["obs"].numpy()
+        actions = minibatch["actions"].numpy()
+        old_log_prob = minibatch["log_probs"].numpy()
+        old_values = minibatch["values"].numpy()
+        returns = minibatch["returns"].numpy()
+        advantages = minibatch["advantages"].numpy()
+        batch_size = obs.shape[0]
+
+        # Policy: log-prob and entropy of the stored actions (ActorCritic.evaluate).
+        head, actor_inputs = mlp_forward(self.actor, obs)
+        if self.discrete:
+            log_probs = log_softmax(head)
+            probs = np.exp(log_probs)
+            taken = actions.astype(np.int64)
+            new_log_prob = log_probs[np.arange(batch_size), taken]
+            entropy = -(probs * log_probs).sum(-1)
+        else:
+            inv_std = np.exp(-self.actor_logstd)
+            z = (actions - head) * inv_std
+            new_log_prob = (-0.5 * z * z - self.actor_logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
+            entropy = np.full(batch_size, (0.5 + np.float32(LOG_SQRT_2PI) + self.actor_logstd).sum(), np.float32)
+
+        if cfg.norm_adv and batch_size > 1:  # per minibatch (PPO detail #7), unbiased std as torch's
+            advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + np.float32(1e-8))
+
+        # Clipped surrogate (core.clipped_policy_loss).
+        clip = cfg.clip_coef
+        log_ratio = new_log_prob - old_log_prob
+        ratio = np.exp(log_ratio)
+        clipped_ratio = np.clip(ratio, 1.0 - clip, 1.0 + clip)
+        unclipped, clipped = advantages * ratio, advantages * clipped_ratio
+        policy_loss = -np.minimum(unclipped, clipped).mean()
+        to_unclipped = min_branch_weight(unclipped, clipped)
+        d_ratio = -(to_unclipped + (1.0 - to_unclipped) * inside(ratio, 1.0 - clip, 1.0 + clip)) * advantages / batch_size
+        d_new_log_prob = d_ratio * ratio
+
+        # Value loss (core.value_loss), with PPO's value clipping when clip_vloss.
+        new_values, critic_inputs = mlp_forward(self.critic, obs)
+        new_values = new_values[:, 0]
+        error = new_values - returns
+        if cfg.clip_vloss:
+            delta = new_values - old_values
+            clipped_error = old_values + np.clip(delta, -clip, clip) - returns
+            squared, clipped_squared = error * error, clipped_error * clipped_error
+            v_loss = 0.5 * np.maximum(squared, clipped_squared).mean()
+            to_squared = min_branch_weight(-squared, -clipped_squared)  # max(a, b) = -min(-a, -b)
+            d_values = (to_squared * error
+                        + (1.0 - to_squared) * clipped_error * inside(delta, -clip, clip)) / batch_size
+        else:
+            v_loss = 0.5 * (error * error).mean()
+            d_values = error / batch_size
+        d_values = cfg.vf_coef * d_values
+
+        entropy_mean = entropy.mean()
+        loss = policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
+
+        # Back through the policy head.
+        if self.discrete:
+            one_hot = np.zeros_like(probs)
+            one_hot[np.arange(batch_size), taken] = 1.0
+            d_head = d_new_log_prob[:, None] * (one_hot - probs)
+            # d entropy_i / d logits = -p (log p + H_i); the loss has -c_e * mean(entropy).
+            d_head += (cfg.ent_coef / batch_size) * probs * (log_probs + entropy[:, None])
+            grads_logstd = []
+        else:
+            d_head = d_new_log_prob[:, None] * z * inv_std
+            # d log_prob / d log_std = z^2 - 1; d mean(entropy) / d log_std = 1.
+            grads_logstd = [(d_new_log_prob[:, None] * (z * z - 1.0)).sum(0) - np.float32(cfg.ent_coef)]
+        grads = (mlp_backward(self.critic, critic_inputs, d_values[:, None])
+                 + mlp_backward(self.actor, actor_inputs, d_head) + grads_logstd)
+        grads = [g.astype(np.float32, copy=False) for g in grads]
+        grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
+
+        stats = {
+            "loss": float(loss),
+            "policy_loss": float(policy_loss),
+            "value_loss": float(v_loss),
+            "entropy": float(entropy_mean),
+            "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
+            "clip_fraction": float((np.abs(ratio - 1.0) > clip).mean()),
+            "grad_norm": grad_norm,
+            "ratio_mean": float(ratio.mean()),
+            "ratio_max": float(ratio.max()),
+        }
+        return grads, stats
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def clip_grad_norm(grads: list[np.ndarray], max_norm: float) -> float:
+    """torch.nn.utils.clip_grad_norm_: scale all gradients by min(1, max_norm / (norm + 1e-6)); returns the norm."""
+    total_norm = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads))
+    scale = max_norm / (total_norm + 1e-6)
+    if scale < 1.0:
+        for g in grads:
+            g *= np.float32(scale)
+    return total_norm

@@ -1,0 +1,95 @@
+"""Rerun stored runs from their own config and compare every logged number with the stored one.
+
+    python -m benchmarks.reproduce results/runs/classic/CartPole/ppo/seed0 [RUN_DIR ...]
+    python -m benchmarks.reproduce RUN_DIR --set algo.backend=numpy     # the same run on another backend
+
+For each run directory the config stored in its summary.json is trained again
+(in a temporary directory, with the current code), and train.csv, eval.csv and
+episodes.csv are compared cell by cell, timing columns excepted. Prints, per
+file, the number of rows and whether every number is identical; otherwise the
+first differing row and column and the largest relative difference. Exit
+status 1 if any run differs (so a performance change that must not change
+numbers can be checked against committed results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from benchmarks.logger import read_csv_complete_rows
+from benchmarks.trainer import train
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
+COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
+
+
+def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
+    """One line per log; lines of differing logs start with 'DIFF'."""
+    lines = []
+    for name in COMPARED_LOGS:
+        stored, new = read_csv_complete_rows(stored_dir / name), read_csv_complete_rows(new_dir / name)
+        columns = [c for c in stored.columns if c not in TIMING_COLUMNS]
+        if set(new.columns) != set(stored.columns) or len(new) != len(stored):
+            lines.append(f"DIFF {name}: stored {len(stored)} rows x {list(stored.columns)}, "
+                         f"rerun {len(new)} rows x {list(new.columns)}")
+            continue
+        a, b = stored[columns].to_numpy(float), new[columns].to_numpy(float)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        if same.all():
+            lines.append(f"same {name}: {len(stored)} rows, every number identical")
+            continue
+        row, col = np.argwhere(~same)[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            relative = np.nanmax(np.abs(a - b) / np.maximum(np.abs(a), 1e-12))
+        lines.append(f"DIFF {name}: {int((~same).sum())} of {same.size} numbers differ; first at row {row} "
+                     f"column {columns[col]} ({a[row, col]!r} vs {b[row, col]!r}); largest relative difference "
+                     f"{relative:.3g}")
+    return lines
+
+
+def stored_config(run_dir: Path):
+    """The run's stored config over today's defaults for its env and algo, so keys added since the run
+    was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
+    stored = json.loads((run_dir / "summary.json").read_text())["config"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        defaults = compose(config_name="config", overrides=[f"env={stored['env']['name']}",
+                                                            f"algo={stored['algo']['name']}"])
+    return OmegaConf.merge(defaults, stored)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides for the rerun (dotted keys), e.g. algo.backend=numpy")
+    args = parser.parse_args(argv)
+    differing = 0
+    for run_dir in args.run_dirs:
+        config = stored_config(run_dir)
+        config.merge_with_dotlist(list(args.set))
+        config.logging.tensorboard = False
+        config.logging.progress_bar = False
+        with tempfile.TemporaryDirectory() as tmp:
+            train(config, Path(tmp))
+            lines = compare_logs(run_dir, Path(tmp))
+        differing += any(line.startswith("DIFF") for line in lines)
+        print(f"{run_dir}:")
+        for line in lines:
+            print(f"  {line}")
+    print(f"{len(args.run_dirs) - differing} of {len(args.run_dirs)} runs reproduce every logged number")
+    sys.exit(1 if differing else 0)
+
+
+if __name__ == "__main__":
+    main()
