@@ -152,9 +152,13 @@ class RunningMeanStd:
         self.count = epsilon
 
     def update(self, batch: np.ndarray) -> None:
-        batch_mean = batch.mean(axis=0)
-        batch_var = batch.var(axis=0)
         batch_count = batch.shape[0]
+        if batch_count == 1:
+            # One env: the mean of one row is the row and its variance 0 - exactly what
+            # mean/var return, without their ~15 us of reduction machinery per step.
+            batch_mean, batch_var = batch[0], np.zeros_like(batch[0])
+        else:
+            batch_mean, batch_var = batch.mean(axis=0), batch.var(axis=0)
         delta = batch_mean - self.mean
         total = self.count + batch_count
         self.mean = self.mean + delta * batch_count / total
@@ -172,6 +176,11 @@ class RunningMeanStd:
         self.count = float(state["count"])
 
 
+def clip_symmetric(x: np.ndarray, bound: float) -> np.ndarray:
+    """np.clip(x, -bound, bound), same values (NaN stays NaN), at half of np.clip's per-call cost."""
+    return np.minimum(np.maximum(x, -bound), bound)
+
+
 class ObservationNormalizer:
     """obs -> clip((obs - mean) / sqrt(var + eps), -clip, clip); identity when disabled."""
 
@@ -187,7 +196,7 @@ class ObservationNormalizer:
         if update:
             self.rms.update(obs)
         normalized = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
-        return np.clip(normalized, -self.clip, self.clip)
+        return clip_symmetric(normalized, self.clip)
 
     def state_dict(self) -> dict:
         return self.rms.state_dict()
@@ -219,7 +228,7 @@ class RewardScaler:
             self.rms.update(self.discounted_return[valid])
         scaled = rewards / np.sqrt(self.rms.var + self.epsilon)
         self.discounted_return[episode_ended] = 0.0
-        return np.clip(scaled, -self.clip, self.clip)
+        return clip_symmetric(scaled, self.clip)
 
     def state_dict(self) -> dict:
         return {"rms": self.rms.state_dict(), "discounted_return": torch.tensor(self.discounted_return)}

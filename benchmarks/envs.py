@@ -25,7 +25,10 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, record_stats: bool = 
     if record_stats:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     if isinstance(envs.single_action_space, gym.spaces.Box):
-        envs = gym.wrappers.vector.ClipAction(envs)
+        # One np.clip over the [num_envs, ...] batch. Gymnasium's vector ClipAction applies the
+        # single-env wrapper env by env (iterate + concatenate): same numbers, ~10 us more per step.
+        low, high = envs.single_action_space.low, envs.single_action_space.high
+        envs = gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))
     envs.action_space.seed(seed)
     return envs
 
