@@ -304,8 +304,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     if checkpoint is None and cfg.eval.at_start:
         last_eval = run_evaluation(0, 0)
 
-    # numpy views of the rollout's env-side columns: writing a row through them
+    # numpy views of the rollout's columns: writing a row through them
     # costs a fraction of a tensor __setitem__ and shares the same memory.
+    obs_np, actions_np = rollout.obs.numpy(), rollout.actions.numpy()
+    log_probs_np, values_np = rollout.log_probs.numpy(), rollout.values.numpy()
     rewards_np, raw_rewards_np = rollout.rewards.numpy(), rollout.raw_rewards.numpy()
     terminated_np, truncated_np, valid_np = rollout.terminated.numpy(), rollout.truncated.numpy(), rollout.valid.numpy()
 
@@ -318,10 +320,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                     for t in range(num_steps):
                         valid = ~episode_ended
                         action, log_prob, value = algorithm.act(obs)
-                        rollout.obs[t] = obs
-                        rollout.actions[t] = action
-                        rollout.log_probs[t] = log_prob
-                        rollout.values[t] = value
+                        obs_np[t] = obs.numpy()
+                        actions_np[t] = action.numpy()
+                        log_probs_np[t] = log_prob.numpy()
+                        values_np[t] = value.numpy()
                         valid_np[t] = valid
 
                         raw_obs, reward, terminated, truncated, info = envs.step(action.numpy())
