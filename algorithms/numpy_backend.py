@@ -48,17 +48,16 @@ def mlp_forward(layers: Layers, x: np.ndarray) -> tuple[np.ndarray, list[np.ndar
     return x @ weight.T + bias, inputs
 
 
-def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray) -> list[np.ndarray]:
-    """Gradients [dW0, db0, dW1, db1, ...] of a scalar loss given d loss / d output."""
-    grads: list[np.ndarray] = []
+def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray, grads: Layers) -> None:
+    """Write into grads [(dW0, db0), (dW1, db1), ...] the gradient of a scalar loss given d loss / d output."""
     d_pre = d_out  # gradient at the current layer's pre-activation
     for index in reversed(range(len(layers))):
         layer_input = inputs[index]
-        grads[:0] = [d_pre.T @ layer_input, d_pre.sum(0)]
+        np.matmul(d_pre.T, layer_input, out=grads[index][0])
+        np.sum(d_pre, axis=0, out=grads[index][1])
         if index > 0:
             # layer_input = tanh(previous pre-activation); tanh' = 1 - tanh^2
             d_pre = (d_pre @ layers[index][0]) * (1.0 - layer_input * layer_input)
-    return grads
 
 
 def min_branch_weight(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -93,6 +92,16 @@ class NumpyActorCritic:
             self.parameters.append(policy.actor_logstd)
         for param, view in zip(self.parameters, self.views()):
             assert np.shares_memory(param.detach().numpy(), view)
+        # Gradients live in one flat buffer: the norm clip is then one dot product and one
+        # multiply, and `grads` are torch views of the same memory, handed to param.grad.
+        self.flat_grad = np.zeros(sum(p.numel() for p in self.parameters), np.float32)
+        offsets = np.cumsum([0] + [p.numel() for p in self.parameters])
+        grad_views = [self.flat_grad[start:stop].reshape(p.shape)
+                      for p, start, stop in zip(self.parameters, offsets[:-1], offsets[1:])]
+        self.grads = [torch.from_numpy(view) for view in grad_views]
+        pairs = list(zip(grad_views[0::2], grad_views[1::2]))
+        self.critic_grads, self.actor_grads = pairs[:len(self.critic)], pairs[len(self.critic):][:len(self.actor)]
+        self.actor_logstd_grad = None if self.discrete else grad_views[-1]
 
     def views(self) -> list[np.ndarray]:
         views = [array for layer in self.critic + self.actor for array in layer]
@@ -117,9 +126,10 @@ class NumpyActorCritic:
 
     # -- one minibatch of the PPO loss -----------------------------------------
 
-    def minibatch_grads(self, minibatch: dict[str, torch.Tensor], cfg) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Gradient of PPO.minibatch_step's loss w.r.t. self.parameters, clipped to norm cfg.max_grad_norm
-        as torch.nn.utils.clip_grad_norm_ does, and the step's statistics (as minibatch_step's, same order).
+    def minibatch_grads(self, minibatch: dict[str, torch.Tensor], cfg) -> dict[str, float]:
+        """Write into self.grads the gradient of PPO.minibatch_step's loss w.r.t. self.parameters, clipped
+        to norm cfg.max_grad_norm as torch.nn.utils.clip_grad_norm_ does; return the step's statistics
+        (those of minibatch_step, in the same order).
 
         loss = -mean(min(r A, clip(r, 1-e, 1+e) A)) + c_v * value_loss - c_e * mean(entropy)
         """
@@ -146,7 +156,9 @@ class NumpyActorCritic:
             entropy = np.full(batch_size, (0.5 + np.float32(LOG_SQRT_2PI) + self.actor_logstd).sum(), np.float32)
 
         if cfg.norm_adv and batch_size > 1:  # per minibatch (PPO detail #7), unbiased std as torch's
-            advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + np.float32(1e-8))
+            centered = advantages - advantages.mean()
+            std = np.sqrt(np.dot(centered, centered) / np.float32(batch_size - 1))
+            advantages = centered / (std + np.float32(1e-8))
 
         # Clipped surrogate (core.clipped_policy_loss).
         clip = cfg.clip_coef
@@ -186,15 +198,13 @@ class NumpyActorCritic:
             d_head = d_new_log_prob[:, None] * (one_hot - probs)
             # d entropy_i / d logits = -p (log p + H_i); the loss has -c_e * mean(entropy).
             d_head += (cfg.ent_coef / batch_size) * probs * (log_probs + entropy[:, None])
-            grads_logstd = []
         else:
             d_head = d_new_log_prob[:, None] * z * inv_std
             # d log_prob / d log_std = z^2 - 1; d mean(entropy) / d log_std = 1.
-            grads_logstd = [(d_new_log_prob[:, None] * (z * z - 1.0)).sum(0) - np.float32(cfg.ent_coef)]
-        grads = (mlp_backward(self.critic, critic_inputs, d_values[:, None])
-                 + mlp_backward(self.actor, actor_inputs, d_head) + grads_logstd)
-        grads = [g.astype(np.float32, copy=False) for g in grads]
-        grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
+            self.actor_logstd_grad[:] = d_new_log_prob @ (z * z - 1.0) - np.float32(cfg.ent_coef)
+        mlp_backward(self.critic, critic_inputs, d_values[:, None], self.critic_grads)
+        mlp_backward(self.actor, actor_inputs, d_head, self.actor_grads)
+        grad_norm = clip_grad_norm(self.flat_grad, cfg.max_grad_norm)
 
         stats = {
             "loss": float(loss),
@@ -207,7 +217,7 @@ class NumpyActorCritic:
             "ratio_mean": float(ratio.mean()),
             "ratio_max": float(ratio.max()),
         }
-        return grads, stats
+        return stats
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -215,11 +225,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
-def clip_grad_norm(grads: list[np.ndarray], max_norm: float) -> float:
-    """torch.nn.utils.clip_grad_norm_: scale all gradients by min(1, max_norm / (norm + 1e-6)); returns the norm."""
-    total_norm = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads))
+def clip_grad_norm(flat_grad: np.ndarray, max_norm: float) -> float:
+    """torch.nn.utils.clip_grad_norm_ on the flat gradient: scale by min(1, max_norm / (norm + 1e-6)); return the norm."""
+    total_norm = math.sqrt(float(np.dot(flat_grad, flat_grad)))
     scale = max_norm / (total_norm + 1e-6)
     if scale < 1.0:
-        for g in grads:
-            g *= np.float32(scale)
+        flat_grad *= np.float32(scale)
     return total_norm

@@ -169,9 +169,9 @@ class PPO:
 
     def numpy_minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """minibatch_step with the loss and its gradient computed in numpy; the torch optimizer steps."""
-        grads, stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)
-        for param, grad in zip(self.numpy_policy.parameters, grads):
-            param.grad = torch.from_numpy(grad)
+        stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)
+        for param, grad in zip(self.numpy_policy.parameters, self.numpy_policy.grads):
+            param.grad = grad  # (re)attached each step: Outer-PPO's outer step sets its own and clears them
         optimizer.step()
         return stats
 
