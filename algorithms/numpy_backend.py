@@ -51,10 +51,11 @@ def mlp_forward(layers: Layers, x: np.ndarray) -> tuple[np.ndarray, list[np.ndar
 def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray, grads: Layers) -> None:
     """Write into grads [(dW0, db0), (dW1, db1), ...] the gradient of a scalar loss given d loss / d output."""
     d_pre = d_out  # gradient at the current layer's pre-activation
+    ones = np.ones(d_out.shape[0], np.float32)  # bias gradient = column sums, as a matrix product (4x np.sum's speed)
     for index in reversed(range(len(layers))):
         layer_input = inputs[index]
         np.matmul(d_pre.T, layer_input, out=grads[index][0])
-        np.sum(d_pre, axis=0, out=grads[index][1])
+        np.matmul(ones, d_pre, out=grads[index][1])
         if index > 0:
             # layer_input = tanh(previous pre-activation); tanh' = 1 - tanh^2
             d_pre = (d_pre @ layers[index][0]) * (1.0 - layer_input * layer_input)
@@ -156,7 +157,7 @@ class NumpyActorCritic:
             entropy = np.full(batch_size, (0.5 + np.float32(LOG_SQRT_2PI) + self.actor_logstd).sum(), np.float32)
 
         if cfg.norm_adv and batch_size > 1:  # per minibatch (PPO detail #7), unbiased std as torch's
-            centered = advantages - advantages.mean()
+            centered = advantages - advantages.sum() / np.float32(batch_size)
             std = np.sqrt(np.dot(centered, centered) / np.float32(batch_size - 1))
             advantages = centered / (std + np.float32(1e-8))
 
@@ -166,7 +167,7 @@ class NumpyActorCritic:
         ratio = np.exp(log_ratio)
         clipped_ratio = np.clip(ratio, 1.0 - clip, 1.0 + clip)
         unclipped, clipped = advantages * ratio, advantages * clipped_ratio
-        policy_loss = -np.minimum(unclipped, clipped).mean()
+        policy_loss = -np.minimum(unclipped, clipped).sum() / batch_size
         to_unclipped = min_branch_weight(unclipped, clipped)
         d_ratio = -(to_unclipped + (1.0 - to_unclipped) * inside(ratio, 1.0 - clip, 1.0 + clip)) * advantages / batch_size
         d_new_log_prob = d_ratio * ratio
@@ -179,16 +180,16 @@ class NumpyActorCritic:
             delta = new_values - old_values
             clipped_error = old_values + np.clip(delta, -clip, clip) - returns
             squared, clipped_squared = error * error, clipped_error * clipped_error
-            v_loss = 0.5 * np.maximum(squared, clipped_squared).mean()
+            v_loss = 0.5 * np.maximum(squared, clipped_squared).sum() / batch_size
             to_squared = min_branch_weight(-squared, -clipped_squared)  # max(a, b) = -min(-a, -b)
             d_values = (to_squared * error
                         + (1.0 - to_squared) * clipped_error * inside(delta, -clip, clip)) / batch_size
         else:
-            v_loss = 0.5 * (error * error).mean()
+            v_loss = 0.5 * np.dot(error, error) / batch_size
             d_values = error / batch_size
         d_values = cfg.vf_coef * d_values
 
-        entropy_mean = entropy.mean()
+        entropy_mean = entropy.sum() / batch_size
         loss = policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
 
         # Back through the policy head.
@@ -211,10 +212,10 @@ class NumpyActorCritic:
             "policy_loss": float(policy_loss),
             "value_loss": float(v_loss),
             "entropy": float(entropy_mean),
-            "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
-            "clip_fraction": float((np.abs(ratio - 1.0) > clip).mean()),
+            "approx_kl": float(((ratio - 1.0) - log_ratio).sum()) / batch_size,
+            "clip_fraction": np.count_nonzero(np.abs(ratio - 1.0) > clip) / batch_size,
             "grad_norm": grad_norm,
-            "ratio_mean": float(ratio.mean()),
+            "ratio_mean": float(ratio.sum()) / batch_size,
             "ratio_max": float(ratio.max()),
         }
         return stats
