@@ -17,7 +17,9 @@ medians is printed. Stable-Baselines3 is a benchmark-only dependency
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -99,8 +101,10 @@ def main(argv=None) -> None:
     parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "numpy"],
                         help="algo.backend values to measure each algo with; numpy rows are named algo[numpy]")
     parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
+    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
 
     rows = []
     for case in args.cases:
@@ -123,9 +127,21 @@ def main(argv=None) -> None:
                 row["ratio_vs_sb3"] = round(medians[name] / medians["sb3_ppo"], 2)
             rows.append(row)
         print(pd.DataFrame([r for r in rows if r["case"] == case]).to_string(index=False), flush=True)
+    table = pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False)
     print()
     print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
-    print(pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False))
+    print(table)
+    if args.out:
+        command = "python -m benchmarks.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
+        args.out.write_text(
+            f"# Training throughput (issue 7)\n\nMade by `{command}` ({started} to "
+            f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "
+            f"{os.getloadavg()[0]:.2f} after; the runs themselves load one core). SPS = env steps / (rollout + update "
+            "time) for this suite, env steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios "
+            "of medians compare implementations under the same machine conditions. `vs_ppo_time_per_step` = wall "
+            "time per env step relative to `ppo` (torch backend); `algo[numpy]` = `algo.backend=numpy`.\n\n"
+            f"{table}\n")
+        print(f"wrote {args.out}")
 
 
 def _has_tabulate() -> bool:
