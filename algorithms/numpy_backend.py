@@ -11,8 +11,8 @@ What stays the same:
   (core.py, ppo.py) is written out below with its derivative; tests check the
   loss, every gradient and every statistic against torch autograd to float32
   rounding (tests/test_numpy_backend.py);
-- the random stream: action noise and categorical samples are still drawn by
-  torch's generator with the same calls and shapes;
+- the random stream: action noise and categorical samples are still drawn from
+  torch's generator, consuming it exactly as the torch backend does;
 - the parameters and the optimizer: the arrays here are numpy *views* of the
   torch parameters (shared memory, updated in place by the torch optimizer,
   load_state_dict and Outer-PPO's copy_), the gradients are handed to
@@ -117,9 +117,14 @@ class NumpyActorCritic:
         value = mlp_forward(self.critic, x)[0][:, 0]
         if self.discrete:
             log_probs = log_softmax(head)
-            action = torch.multinomial(torch.from_numpy(np.exp(log_probs)), 1).squeeze(-1)
-            log_prob = log_probs[np.arange(len(head)), action.numpy()]
-            return action, torch.from_numpy(log_prob), torch.from_numpy(value)
+            # torch.multinomial(probs, 1) is argmax(probs / q) with q ~ Exp(1) drawn by
+            # empty_like(probs).exponential_(1) (ATen's one-sample fast path); drawn the same way
+            # here it gives the same samples from the same generator state, without multinomial's
+            # input checks (a third of the act call). tests/test_numpy_backend.py holds it to that.
+            exponential = torch.empty(log_probs.shape).exponential_(1).numpy()
+            action = np.argmax(np.exp(log_probs) / exponential, axis=-1)
+            log_prob = log_probs[np.arange(len(head)), action]
+            return torch.from_numpy(action), torch.from_numpy(log_prob), torch.from_numpy(value)
         noise = torch.randn(head.shape).numpy()  # = torch.randn_like(head)
         action = head + np.exp(self.actor_logstd) * noise
         log_prob = (-0.5 * noise * noise - self.actor_logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
