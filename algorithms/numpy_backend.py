@@ -13,11 +13,14 @@ What stays the same:
   rounding (tests/test_numpy_backend.py);
 - the random stream: action noise and categorical samples are still drawn from
   torch's generator, consuming it exactly as the torch backend does;
-- the parameters and the optimizer: the arrays here are numpy *views* of the
-  torch parameters (shared memory, updated in place by the torch optimizer,
-  load_state_dict and Outer-PPO's copy_), the gradients are handed to
-  `param.grad`, and the torch optimizer steps - so Outer-PPO and HP3O, which
-  reuse PPO's minibatch step and act, run on this backend unchanged.
+- the parameters and the optimizer: the policy's torch parameters become views
+  of one flat parameter, the arrays here numpy views of the same memory
+  (updated in place by the torch optimizer, load_state_dict and Outer-PPO's
+  copy_); the gradient lands in the flat parameter's .grad and the algorithm's
+  own torch optimizer steps it - so Outer-PPO and HP3O, which reuse PPO's
+  minibatch step and act, run on this backend unchanged. (Their optimizer
+  state then holds one flat tensor: a numpy-backend checkpoint resumes only a
+  numpy-backend run, which the config check enforces anyway.)
 
 What differs: float rounding (numpy's BLAS sums in another order than torch's),
 so the same seed gives a different - statistically equivalent - curve than the
@@ -31,6 +34,7 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 
 from algorithms.core import LOG_SQRT_2PI, ActorCritic
 
@@ -81,25 +85,30 @@ class NumpyActorCritic:
 
     def __init__(self, policy: ActorCritic):
         self.discrete = policy.discrete
+        # Parameters in the order minibatch_grads writes their gradients.
+        self.parameters = [p for layer in policy.critic.layers for p in (layer.weight, layer.bias)]
+        self.parameters += [p for layer in policy.actor.layers for p in (layer.weight, layer.bias)]
+        if not self.discrete:
+            self.parameters.append(policy.actor_logstd)
+        # All parameters become views of one flat parameter, and all gradients views of one
+        # flat gradient: the optimizer then steps one tensor (its per-tensor Python overhead
+        # was a third of a minibatch step) and the norm clip is one dot product.
+        sizes = [p.numel() for p in self.parameters]
+        offsets = np.cumsum([0, *sizes])
+        self.flat_parameter = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self.parameters]))
+        self.flat_parameter.grad = torch.zeros_like(self.flat_parameter)
+        self.flat_grad = self.flat_parameter.grad.numpy()
+        grad_views = []
+        for param, start, stop in zip(self.parameters, offsets[:-1], offsets[1:]):
+            param.data = self.flat_parameter.data[start:stop].view(param.shape)
+            grad_views.append(self.flat_grad[start:stop].reshape(param.shape))
         self.critic: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
                                for layer in policy.critic.layers]
         self.actor: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
                               for layer in policy.actor.layers]
         self.actor_logstd = None if self.discrete else policy.actor_logstd.detach().numpy()
-        # Parameters in the order minibatch_grads returns their gradients.
-        self.parameters = [p for layer in policy.critic.layers for p in (layer.weight, layer.bias)]
-        self.parameters += [p for layer in policy.actor.layers for p in (layer.weight, layer.bias)]
-        if not self.discrete:
-            self.parameters.append(policy.actor_logstd)
         for param, view in zip(self.parameters, self.views()):
             assert np.shares_memory(param.detach().numpy(), view)
-        # Gradients live in one flat buffer: the norm clip is then one dot product and one
-        # multiply, and `grads` are torch views of the same memory, handed to param.grad.
-        self.flat_grad = np.zeros(sum(p.numel() for p in self.parameters), np.float32)
-        offsets = np.cumsum([0] + [p.numel() for p in self.parameters])
-        grad_views = [self.flat_grad[start:stop].reshape(p.shape)
-                      for p, start, stop in zip(self.parameters, offsets[:-1], offsets[1:])]
-        self.grads = [torch.from_numpy(view) for view in grad_views]
         pairs = list(zip(grad_views[0::2], grad_views[1::2]))
         self.critic_grads, self.actor_grads = pairs[:len(self.critic)], pairs[len(self.critic):][:len(self.actor)]
         self.actor_logstd_grad = None if self.discrete else grad_views[-1]
@@ -125,7 +134,7 @@ class NumpyActorCritic:
             action = np.argmax(np.exp(log_probs) / exponential, axis=-1)
             log_prob = log_probs[np.arange(len(head)), action]
             return torch.from_numpy(action), torch.from_numpy(log_prob), torch.from_numpy(value)
-        noise = torch.randn(head.shape).numpy()  # = torch.randn_like(head)
+        noise = torch.randn(head.shape).numpy()  # the draws of torch.randn_like(head)
         action = head + np.exp(self.actor_logstd) * noise
         log_prob = (-0.5 * noise * noise - self.actor_logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
         return torch.from_numpy(action), torch.from_numpy(log_prob), torch.from_numpy(value)
@@ -133,7 +142,7 @@ class NumpyActorCritic:
     # -- one minibatch of the PPO loss -----------------------------------------
 
     def minibatch_grads(self, minibatch: dict[str, torch.Tensor], cfg) -> dict[str, float]:
-        """Write into self.grads the gradient of PPO.minibatch_step's loss w.r.t. self.parameters, clipped
+        """Write into flat_parameter.grad the gradient of PPO.minibatch_step's loss w.r.t. self.parameters, clipped
         to norm cfg.max_grad_norm as torch.nn.utils.clip_grad_norm_ does; return the step's statistics
         (those of minibatch_step, in the same order).
 

@@ -75,7 +75,7 @@ class OuterPPO(PPO):
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """The inner optimizer, over all parameters (PPO's inner loop trains actor and critic)."""
-        return optimizer_from_config(self.policy.parameters(), self.cfg.inner_optimizer)
+        return optimizer_from_config(self.trained_parameters(), self.cfg.inner_optimizer)
 
     @property
     def inner_optimizer(self) -> torch.optim.Optimizer:

@@ -38,16 +38,22 @@ class PPO:
         self.cfg = plain_config(cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
         self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
-        self.optimizer = self.build_optimizer()
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
         # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
-        self.numpy_policy = NumpyActorCritic(self.policy) if cfg.backend == "numpy" else None
+        self.numpy_policy = NumpyActorCritic(self.policy) if self.cfg.backend == "numpy" else None
+        self.optimizer = self.build_optimizer()
 
     # -- construction -------------------------------------------------------
 
+    def trained_parameters(self) -> list[nn.Parameter]:
+        """What the (inner) optimizer steps: the policy's parameters, or their one flat tensor on the numpy backend."""
+        if self.numpy_policy is not None:
+            return [self.numpy_policy.flat_parameter]
+        return list(self.policy.parameters())
+
     def build_optimizer(self) -> torch.optim.Optimizer:
         """PPO's optimizer: Adam with eps 1e-5 over actor and critic (PPO detail #3)."""
-        return make_optimizer(self.policy.parameters(), "adam", lr=self.cfg.lr, eps=self.cfg.adam_eps)
+        return make_optimizer(self.trained_parameters(), "adam", lr=self.cfg.lr, eps=self.cfg.adam_eps)
 
     # -- acting (called under torch.inference_mode by the trainer) ---------
 
@@ -169,9 +175,7 @@ class PPO:
 
     def numpy_minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """minibatch_step with the loss and its gradient computed in numpy; the torch optimizer steps."""
-        stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)
-        for param, grad in zip(self.numpy_policy.parameters, self.numpy_policy.grads):
-            param.grad = grad  # (re)attached each step: Outer-PPO's outer step sets its own and clears them
+        stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)  # into flat_parameter.grad
         optimizer.step()
         return stats
 

@@ -65,6 +65,7 @@ def stored_config(run_dir: Path):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         defaults = compose(config_name="config", overrides=[f"env={stored['env']['name']}",
                                                             f"algo={stored['algo']['name']}"])
+    OmegaConf.set_struct(defaults, False)  # a stored config may hold an experiment's extra keys (ci_budget)
     return OmegaConf.merge(defaults, stored)
 
 

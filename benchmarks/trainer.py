@@ -68,7 +68,7 @@ class Evaluator:
         self.envs.close()
 
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3  # 3: sub-envs gained the DropStepInfo wrapper layer
 CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.prev.pt")  # newest first; the previous one is the fallback
 # Quantities that must stay finite; the first non-finite one stops the run.
 GUARDED_STATS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "outer_grad_norm")

@@ -67,7 +67,7 @@ def test_minibatch_step_matches_autograd(env, max_grad_norm, ent_coef, make_conf
     ratio = (reference.policy.evaluate(minibatch["obs"], minibatch["actions"])[0] - minibatch["log_probs"]).exp()
     assert 0.2 < ((ratio - 1).abs() > 0.2).float().mean() < 0.8  # both branches of the clip are exercised
     before = [p.detach().clone() for p in reference.policy.parameters()]
-    sgd = [torch.optim.SGD(algorithm.policy.parameters(), lr=1.0) for algorithm in (reference, candidate)]
+    sgd = [torch.optim.SGD(algorithm.trained_parameters(), lr=1.0) for algorithm in (reference, candidate)]
 
     expected = {k: float(v) for k, v in reference.minibatch_step(minibatch, sgd[0]).items()}
     got = candidate.minibatch_step(minibatch, sgd[1])
@@ -108,7 +108,7 @@ def test_numpy_views_follow_in_place_parameter_changes(make_config):
     """Optimizer steps, load_state_dict and Outer-PPO's copy_ all write into the same memory the views read."""
     _, candidate = twin_algorithms(make_config, "HalfCheetah")
     other = PPO(17, 6, False, make_config(["env=HalfCheetah", "algo=ppo"]).algo, num_iterations=10)
-    candidate.load_state_dict(other.state_dict())
+    candidate.policy.load_state_dict(other.policy.state_dict())  # copies into the views' memory
     obs = torch.randn(3, 17)
     with torch.inference_mode():
         expected = other.policy.value(obs)

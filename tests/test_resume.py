@@ -61,9 +61,10 @@ def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout: 
     raise TimeoutError(f"{path} never reached {rows} rows")
 
 
-@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o"])
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o", "outer_ppo_nesterov+numpy"])
 def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers(algo, tmp_path):
-    overrides = [f"algo={algo}", *SMALL_RUN]
+    preset, _, backend = algo.partition("+")  # +numpy: algo.backend=numpy (flat parameter, its optimizer states)
+    overrides = [f"algo={preset}", *([f"algo.backend={backend}"] if backend else []), *SMALL_RUN]
     reference = launch(overrides, tmp_path / "reference")
     assert reference.wait() == 0, reference.communicate()
 
