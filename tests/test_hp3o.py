@@ -238,6 +238,7 @@ def test_reset_rows_never_enter_the_buffer():
     generator = torch.Generator().manual_seed(5)
     hp3o = make_hp3o(buffer_size=1000)
     kept_steps = 0
+    previous_last_ended = None  # set at the end of each iteration, read from the second on
     for iteration in range(1, 6):
         ends = {}
         for env in range(3):
