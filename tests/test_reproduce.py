@@ -22,3 +22,22 @@ def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_pat
     out = capsys.readouterr().out
     assert other.value.code == 1
     assert "DIFF train.csv" in out and "0 of 1 runs reproduce" in out
+
+
+def test_profile_attributes_samples_to_the_loop_phases():
+    from benchmarks.profile import phase_of
+
+    def stack(*below_train):
+        return ["<module> (run.py:120)", "main (run.py:50)", "train (benchmarks/trainer.py:329)", *below_train]
+
+    assert phase_of(stack("VectorActionWrapper.step (gymnasium/vector/vector_env.py:623)")) == "env step (with wrappers)"
+    assert phase_of(stack("PPO.act (algorithms/ppo.py:56)")) == "act"
+    assert phase_of(stack("PPO.update (algorithms/ppo.py:105)", "PPO.run_epochs (algorithms/ppo.py:127)",
+                          "PPO.minibatch_step (algorithms/ppo.py:139)",
+                          "Optimizer.profile_hook_step.<locals>.wrapper (torch/optim/optimizer.py:530)")
+                    ) == "update: optimizer step"
+    assert phase_of(stack("OuterPPO.update (algorithms/outer_ppo.py:115)", "PPO.run_epochs (algorithms/ppo.py:127)",
+                          "PPO.minibatch_step (algorithms/ppo.py:139)")) == "update: minibatch loss + gradient"
+    assert phase_of(stack("build_algorithm (algorithms/__init__.py:13)")) == "start-up"
+    assert phase_of(stack()) == "training loop (itself)"
+    assert phase_of(["<module> (run.py:1)", "_find_and_load (<frozen importlib._bootstrap>:1176)"]) is None
