@@ -56,7 +56,7 @@ def mlp_forward(layers: Layers, x: np.ndarray) -> tuple[np.ndarray, list[np.ndar
 def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray, grads: Layers) -> None:
     """Write into grads [(dW0, db0), (dW1, db1), ...] the gradient of a scalar loss given d loss / d output."""
     d_pre = d_out  # gradient at the current layer's pre-activation
-    ones = np.ones(d_out.shape[0], np.float32)  # bias gradient = column sums, as a matrix product (4x np.sum's speed)
+    ones = np.ones(d_out.shape[0], np.float32)  # bias gradient = column sums, as a (faster) matrix product
     for index in reversed(range(len(layers))):
         layer_input = inputs[index]
         np.matmul(d_pre.T, layer_input, out=grads[index][0])
@@ -94,7 +94,7 @@ class NumpyActorCritic:
             self.parameters.append(policy.actor_logstd)
         # All parameters become views of one flat parameter, and all gradients views of one
         # flat gradient: the optimizer then steps one tensor (its per-tensor Python overhead
-        # was a third of a minibatch step) and the norm clip is one dot product.
+        # dominated the optimizer step) and the norm clip is one dot product.
         sizes = [p.numel() for p in self.parameters]
         offsets = np.cumsum([0, *sizes])
         self.flat_parameter = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self.parameters]))
@@ -131,7 +131,7 @@ class NumpyActorCritic:
             # torch.multinomial(probs, 1) is argmax(probs / q) with q ~ Exp(1) drawn by
             # empty_like(probs).exponential_(1) (ATen's one-sample fast path); drawn the same way
             # here it gives the same samples from the same generator state, without multinomial's
-            # input checks (a third of the act call). tests/test_numpy_backend.py holds it to that.
+            # input checks. tests/test_numpy_backend.py holds it to that.
             exponential = torch.empty(log_probs.shape).exponential_(1).numpy()
             action = np.argmax(np.exp(log_probs) / exponential, axis=-1)
             log_prob = log_probs[np.arange(len(head)), action]
