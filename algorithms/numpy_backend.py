@@ -69,7 +69,7 @@ def mlp_backward(layers: Layers, inputs: list[np.ndarray], d_out: np.ndarray, gr
 def min_branch_weight(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """1 where min(a, b) takes its gradient from a, else 0.
 
-    torch.min splits a tie's gradient 1/2 : 1/2. Below, a tie means the clip is
+    torch.min and torch.max split a tie's gradient 1/2 : 1/2. Below, a tie means the clip is
     inactive (both branches are then the same function, so the split does not
     matter) or the advantage is 0 - except for exact float coincidences such as
     a clipped value error equal to minus the unclipped one, which have measure zero.
@@ -197,7 +197,7 @@ class NumpyActorCritic:
             clipped_error = old_values + np.clip(delta, -clip, clip) - returns
             squared, clipped_squared = error * error, clipped_error * clipped_error
             v_loss = 0.5 * np.maximum(squared, clipped_squared).sum() / batch_size
-            to_squared = min_branch_weight(-squared, -clipped_squared)  # max(a, b) = -min(-a, -b)
+            to_squared = (squared >= clipped_squared).astype(np.float32)  # where max() takes `squared` (ties as below)
             d_values = (to_squared * error
                         + (1.0 - to_squared) * clipped_error * inside(delta, -clip, clip)) / batch_size
         else:

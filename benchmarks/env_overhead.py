@@ -3,10 +3,11 @@
     python -m benchmarks.env_overhead [--env HalfCheetah-v5] [--steps 3000]
 
 Steps the same random actions through the wrapper stack the trainer uses
-(benchmarks.envs.make_vector_env: SyncVectorEnv NEXT_STEP + RecordEpisodeStatistics
-+ one batched np.clip of the actions), through the same stack with Gymnasium's
-per-env vector ClipAction instead (what the trainer used before), then with one
-layer removed at a time, then the bare env; best of 3 per variant, in us/step.
+(benchmarks.envs.make_vector_env: SyncVectorEnv NEXT_STEP with DropStepInfo,
+RecordEpisodeStatistics, one batched action clip), through that stack with one
+of its choices undone (Gymnasium's per-env ClipAction, the tasks' step info
+merged), with one layer removed at a time, and the bare env; best of 3 per
+variant, in us/step.
 """
 
 from __future__ import annotations
@@ -18,28 +19,19 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from benchmarks.envs import make_vector_env
-
-
-class DropInfo(gym.Wrapper):
-    """Measures what merging each sub-env's info dict costs the vector env."""
-
-    def step(self, action):
-        obs, reward, terminated, truncated, _ = self.env.step(action)
-        return obs, reward, terminated, truncated, {}
+from benchmarks.envs import DropStepInfo, clip_actions, make_vector_env
 
 
 def make(env_id: str, copy: bool, drop_info: bool, stats: bool, clip: str | None):
     envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="sync", disable_env_checker=True,
                         vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP, "copy": copy},
-                        wrappers=[DropInfo] if drop_info else [])
+                        wrappers=[DropStepInfo] if drop_info else [])
     if stats:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     if clip == "gymnasium":
         envs = gym.wrappers.vector.ClipAction(envs)
     elif clip == "batched":
-        low, high = envs.single_action_space.low, envs.single_action_space.high
-        envs = gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))
+        envs = clip_actions(envs)
     envs.reset(seed=0)
     return envs
 
@@ -63,9 +55,9 @@ def main(argv=None) -> None:
     low, high = probe.action_space.low, probe.action_space.high
     actions = np.random.default_rng(0).uniform(low, high, (args.steps, 1, *low.shape)).astype(np.float32)
     variants = [
-        ("Gymnasium's ClipAction", {"copy": True, "drop_info": False, "stats": True, "clip": "gymnasium"}),
-        ("- observation copy", {"copy": False, "drop_info": False, "stats": True, "clip": "batched"}),
-        ("- per-env info", {"copy": False, "drop_info": True, "stats": True, "clip": "batched"}),
+        ("+ Gymnasium's ClipAction", {"copy": True, "drop_info": True, "stats": True, "clip": "gymnasium"}),
+        ("+ tasks' step info merged", {"copy": True, "drop_info": False, "stats": True, "clip": "batched"}),
+        ("- observation copy", {"copy": False, "drop_info": True, "stats": True, "clip": "batched"}),
         ("- RecordEpisodeStatistics", {"copy": False, "drop_info": True, "stats": False, "clip": "batched"}),
         ("- action clip", {"copy": False, "drop_info": True, "stats": False, "clip": None}),
     ]

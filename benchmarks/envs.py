@@ -12,8 +12,8 @@ class DropStepInfo(gym.Wrapper):
 
     Nothing here reads the tasks' own step info (MuJoCo's x_position,
     reward_ctrl, ...), and SyncVectorEnv merges every key of it into per-env
-    arrays on every step: 10 us of a ~80 us HalfCheetah step
-    (`python -m benchmarks.env_overhead`). Episode statistics come from
+    arrays on every step (`python -m benchmarks.env_overhead` measures what
+    that costs). Episode statistics come from
     RecordEpisodeStatistics, outside the vector env, and are unaffected.
     """
 
@@ -41,12 +41,20 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, record_stats: bool = 
     if record_stats:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     if isinstance(envs.single_action_space, gym.spaces.Box):
-        # One np.clip over the [num_envs, ...] batch. Gymnasium's vector ClipAction applies the
-        # single-env wrapper env by env (iterate + concatenate): same numbers, ~10 us more per step.
-        low, high = envs.single_action_space.low, envs.single_action_space.high
-        envs = gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))
+        envs = clip_actions(envs)
     envs.action_space.seed(seed)
     return envs
+
+
+def clip_actions(envs: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
+    """Clip a Box action batch to the bounds with one np.clip over [num_envs, ...].
+
+    Gymnasium's vector ClipAction applies the single-env wrapper env by env
+    (iterate + concatenate): same numbers, more time per step
+    (`python -m benchmarks.env_overhead`).
+    """
+    low, high = envs.single_action_space.low, envs.single_action_space.high
+    return gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))
 
 
 def space_dims(envs: gym.vector.VectorEnv) -> tuple[int, int, bool, tuple]:

@@ -33,7 +33,7 @@ LOOP_PHASES = [
     ("evaluation", lambda frame: "run_evaluation" in frame),
     ("start-up", lambda frame: any(name in frame for name in (
         "build_algorithm", "make_vector_env", "Evaluator.__init__", "RunLogger.__init__", "reset", "versions",
-        "git_commit", "seed_everything", "resolve_config", "validate", "Rollout.allocate"))),
+        "git_commit", "seed_everything", "load_checkpoint", "Rollout.allocate"))),
 ]
 
 

@@ -21,14 +21,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import train
+from benchmarks.trainer import compose_config, train
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 
@@ -61,10 +58,7 @@ def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
     stored = json.loads((run_dir / "summary.json").read_text())["config"]
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        defaults = compose(config_name="config", overrides=[f"env={stored['env']['name']}",
-                                                            f"algo={stored['algo']['name']}"])
+    defaults = compose_config([f"env={stored['env']['name']}", f"algo={stored['algo']['name']}"])
     OmegaConf.set_struct(defaults, False)  # a stored config may hold an experiment's extra keys (ci_budget)
     return OmegaConf.merge(defaults, stored)
 

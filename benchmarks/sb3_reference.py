@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 import torch
 
-from benchmarks.throughput import compose_config, sb3_model
+from benchmarks.throughput import benchmark_config, sb3_model
 
 
 def main(argv=None) -> None:
@@ -31,7 +31,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     finals = []
     for seed in args.seeds:
-        cfg = compose_config(args.env, "ppo", [f"seed={seed}"], args.steps)
+        cfg = benchmark_config(args.env, "ppo", [f"seed={seed}"], args.steps)
         model = sb3_model(cfg)
         model.learn(total_timesteps=args.steps)
         env = model.get_env()

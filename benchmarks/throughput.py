@@ -26,12 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from benchmarks.trainer import train
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from benchmarks.trainer import compose_config, train
 
 # case name -> (env config, overrides that define the rollout)
 CASES = {
@@ -41,14 +37,12 @@ CASES = {
 }
 
 
-def compose_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"env={env}", f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}", *overrides,
-            "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
-            "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",
-        ])
+def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
+    return compose_config([
+        f"env={env}", f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}", *overrides,
+        "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
+        "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",
+    ])
 
 
 def ours_sps(cfg) -> float:
@@ -114,10 +108,10 @@ def main(argv=None) -> None:
             for algo in args.algos:
                 for backend in args.backends:
                     name = algo if backend == "torch" else f"{algo}[{backend}]"
-                    cfg = compose_config(env, algo, overrides, args.steps, backend)
+                    cfg = benchmark_config(env, algo, overrides, args.steps, backend)
                     samples.setdefault(name, []).append(ours_sps(cfg))
             if not args.no_sb3:
-                samples.setdefault("sb3_ppo", []).append(sb3_sps(compose_config(env, "ppo", overrides, args.steps)))
+                samples.setdefault("sb3_ppo", []).append(sb3_sps(benchmark_config(env, "ppo", overrides, args.steps)))
         medians = {name: statistics.median(values) for name, values in samples.items()}
         for name, values in samples.items():
             row = {"case": case, "impl": name, "median_sps": round(medians[name]),

@@ -91,6 +91,16 @@ class TrainingInterrupted(Exception):
                          f"rerun the same command to resume")
 
 
+def compose_config(overrides: list[str]) -> DictConfig:
+    """conf/config.yaml with these overrides, composed as `python run.py` composes it (for tools and tests)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
 # Algorithm keys added after runs were stored, with the value those earlier runs used,
 # so that a stored run still counts as the same config as a rerun of its command.
 LATER_ALGO_KEYS = {"backend": "torch"}

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import QUIET, compose_config
 from omegaconf import OmegaConf
 
 from algorithms.core import Rollout
@@ -16,17 +13,9 @@ from algorithms.hp3o import HP3O, Trajectory, TrajectoryBuffer
 from benchmarks.trainer import train
 from benchmarks.validate import ConfigError, validate_config
 
-ROOT = Path(__file__).resolve().parents[1]
-QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episodes=1", "eval.at_start=false"]
 ROUNDING = 4 * torch.finfo(torch.float32).eps  # a few float32 ulps around 1
 COMPARED_FIELDS = ("obs", "actions", "rewards", "log_probs", "values", "advantages", "returns",
                    "raw_return", "terminated", "truncated", "bootstrap_value")
-
-
-def compose_config(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def algo_config(**changes):
