@@ -122,6 +122,11 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """Log-prob and entropy of stored actions under the current policy, and values."""
+        log_prob, entropy = self.evaluate_actor(obs, actions)
+        return log_prob, entropy, self.value(obs)
+
+    def evaluate_actor(self, obs: torch.Tensor, actions: torch.Tensor):
+        """Log-prob and entropy of stored actions under the current policy (no critic forward)."""
         head = self.actor(obs)
         if self.discrete:
             log_probs = torch.log_softmax(head, dim=-1)
@@ -132,7 +137,7 @@ class ActorCritic(nn.Module):
             z = (actions - head) * torch.exp(-log_std)
             log_prob = (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
             entropy = (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
-        return log_prob, entropy, self.value(obs)
+        return log_prob, entropy
 
 
 # ---------------------------------------------------------------------------

@@ -1,12 +1,22 @@
 """Outer-PPO (Tan, Toledo, Ellis, Foerster, Huszar 2024, arXiv:2411.00666), spec section 3.
 
 PPO seen as two loops. At iteration k the behaviour parameters are theta_k.
-  inner loop: PPO's own optimisation of the rollout (PPO.optimize, reused as is)
-              from theta_k (or a biased start), with the inner optimizer -> theta*_k
+  inner loop: an estimate theta*_k of where this rollout pulls the parameters,
+              from theta_k (or a biased start), with the inner optimizer
   outer step: g_k = theta_k - theta*_k becomes the .grad of theta_k and an
               outer optimizer steps: theta_{k+1} = OuterOpt(theta_k, g_k)
-With inner = PPO's Adam and outer = SGD(lr=1, momentum=0) this is PPO:
-theta_{k+1} = theta_k - (theta_k - theta*_k) = theta*_k up to float32 rounding.
+
+Two inner loops (algo.inner_loop):
+  ppo         PPO's own optimisation of the rollout (PPO.optimize, reused as is):
+              epochs x minibatches of the full PPO loss, actor and critic. With
+              inner = PPO's Adam and outer = SGD(lr=1, momentum=0) this is PPO:
+              theta_{k+1} = theta*_k up to float32 rounding. The paper's variants.
+  full_batch  the named preset's design note: inner_epochs steps of the inner
+              optimizer, each on the clipped surrogate of the WHOLE batch (no
+              value loss, no entropy, no minibatches, no gradient clipping), on
+              the actor only; the outer step moves the actor. The critic is fitted
+              as PPO fits it (its own Adam at PPO's lr and schedule, epochs x
+              minibatches of the value loss, norm-clipped), outside the outer step.
 
 The inner optimizer is self.optimizer, so PPO's checkpoint key "optimizer"
 holds it and its state (e.g. Adam moments) carries over iterations as in PPO.
@@ -17,9 +27,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
-from algorithms.core import Rollout, make_optimizer
-from algorithms.ppo import PPO
+from algorithms.core import Rollout, clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
+from algorithms.ppo import PPO, StatsTracker, explained_variance
 
 
 def optimizer_from_config(params, opt_cfg) -> torch.optim.Optimizer:
@@ -62,19 +73,30 @@ class OuterPPO(PPO):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)  # policy + inner optimizer
         # The behaviour parameters the outer step applies to; the others (the critic
         # when apply_to=actor) simply keep theta*_k from the inner loop.
-        if self.cfg.apply_to == "actor":
+        if self.cfg.apply_to == "actor" or self.full_batch:
             self.outer_params = self.policy.actor_parameters()
         else:
             self.outer_params = list(self.policy.parameters())
         self.outer_optimizer = optimizer_from_config(self.outer_params, self.cfg.outer_optimizer)
+        # full_batch: the critic is no part of the outer loop; PPO's optimizer (Adam, eps 1e-5) fits it.
+        self.critic_optimizer = (
+            make_optimizer(list(self.policy.critic.parameters()), "adam", lr=self.cfg.lr, eps=self.cfg.adam_eps)
+            if self.full_batch else None
+        )
         # g_{k-1} for the cosine diagnostic, theta_k - theta_{k-1} for the biased start; None before iteration 1.
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None
 
     # -- construction -------------------------------------------------------
 
+    @property
+    def full_batch(self) -> bool:
+        return self.cfg.inner_loop == "full_batch"
+
     def build_optimizer(self) -> torch.optim.Optimizer:
-        """The inner optimizer, over all parameters (PPO's inner loop trains actor and critic)."""
+        """The inner optimizer: over all parameters for PPO's inner loop, over the actor for full_batch."""
+        if self.full_batch:
+            return optimizer_from_config(self.policy.actor_parameters(), self.cfg.inner_optimizer)
         return optimizer_from_config(self.trained_parameters(), self.cfg.inner_optimizer)
 
     @property
@@ -112,7 +134,10 @@ class OuterPPO(PPO):
                 for param, update in zip(self.outer_params, self.previous_outer_update):
                     param.add_(update, alpha=self.cfg.bias_coef)
 
-        stats = self.optimize(batch, self.inner_optimizer)  # inner loop, PPO's own: -> theta*_k
+        if self.full_batch:
+            stats = self.full_batch_inner_loop(batch, self.inner_optimizer)  # -> theta*_k (actor)
+        else:
+            stats = self.optimize(batch, self.inner_optimizer)  # inner loop, PPO's own: -> theta*_k
 
         with torch.no_grad():
             outer_grad = [start - param for start, param in zip(theta_k, self.outer_params)]  # g_k
@@ -125,6 +150,12 @@ class OuterPPO(PPO):
                 param.grad = None  # the next inner loop starts from clean grads
             outer_update = [param.detach() - start for param, start in zip(self.outer_params, theta_k)]
             log_prob_after = self.policy.evaluate(batch["obs"], batch["actions"])[0]
+
+        if self.full_batch:
+            critic_lr = self.annealed_lr(iteration)  # PPO's lr and schedule
+            self.set_lr(self.critic_optimizer, critic_lr)
+            stats |= self.fit_critic(batch)
+            stats["critic_lr"] = critic_lr
 
         grad_vector = flat(outer_grad)
         stats["lr"] = inner_lr
@@ -139,11 +170,61 @@ class OuterPPO(PPO):
         self.previous_outer_update = outer_update
         return stats
 
+    def full_batch_inner_loop(self, batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        """The design note's inner loop: inner_epochs optimizer steps on the whole batch's clipped surrogate.
+
+        Advantages are normalised once over the batch (algo.norm_adv). Only the actor's
+        parameters are stepped and no gradient is clipped.
+        """
+        advantages = normalize_advantages(batch["advantages"]) if self.cfg.norm_adv else batch["advantages"]
+        tracker = StatsTracker()
+        for _step in range(self.cfg.inner_epochs):
+            new_log_prob, entropy = self.policy.evaluate_actor(batch["obs"], batch["actions"])
+            surrogate_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
+                new_log_prob, batch["log_probs"], advantages, self.cfg.clip_coef
+            )
+            optimizer.zero_grad(set_to_none=True)
+            surrogate_loss.backward()
+            optimizer.step()
+            tracker.add({
+                "policy_loss": surrogate_loss.detach(),
+                "entropy": entropy.mean().detach(),
+                "approx_kl": approx_kl,
+                "clip_fraction": clip_fraction,
+                "ratio_mean": ratio.mean(),
+                "ratio_max": ratio.max(),
+            })
+        optimizer.zero_grad(set_to_none=True)
+        return tracker.means()
+
+    def fit_critic(self, batch) -> dict[str, float]:
+        """The critic as PPO fits it: update_epochs x num_minibatches of the (clipped) value loss, norm-clipped."""
+        cfg = self.cfg
+        critic_params = list(self.policy.critic.parameters())
+        tracker = StatsTracker()
+        num_samples = batch["obs"].shape[0]
+        for _epoch in range(cfg.update_epochs):
+            permutation = torch.randperm(num_samples)
+            for indices in torch.tensor_split(permutation, cfg.num_minibatches):
+                new_values = self.policy.value(batch["obs"][indices])
+                v_loss = value_loss(new_values, batch["values"][indices], batch["returns"][indices],
+                                    cfg.clip_coef if cfg.clip_vloss else None)
+                self.critic_optimizer.zero_grad(set_to_none=True)
+                (cfg.vf_coef * v_loss).backward()
+                grad_norm = nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm)
+                self.critic_optimizer.step()
+                tracker.add({"value_loss": v_loss.detach(), "grad_norm": grad_norm.detach()})
+        stats = tracker.means()
+        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        return stats
+
     # -- checkpoints ----------------------------------------------------------
 
     def state_dict(self) -> dict:
         state = super().state_dict()  # policy + inner optimizer (key "optimizer")
         state["outer_optimizer"] = self.outer_optimizer.state_dict()
+        if self.critic_optimizer is not None:
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
         state["previous_outer_grad"] = self.previous_outer_grad
         state["previous_outer_update"] = self.previous_outer_update
         return state
@@ -151,6 +232,8 @@ class OuterPPO(PPO):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.previous_outer_grad = clone_list(state["previous_outer_grad"])
         self.previous_outer_update = clone_list(state["previous_outer_update"])
 

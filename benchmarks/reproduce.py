@@ -24,7 +24,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import compose_config, train
+from benchmarks.trainer import LATER_ALGO_KEYS, compose_config, train
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -58,6 +58,7 @@ def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
     stored = json.loads((run_dir / "summary.json").read_text())["config"]
+    stored["algo"] = {**LATER_ALGO_KEYS, **stored["algo"]}  # keys a run predates take the value it used
     defaults = compose_config([f"env={stored['env']['name']}", f"algo={stored['algo']['name']}"])
     OmegaConf.set_struct(defaults, False)  # a stored config may hold an experiment's extra keys (ci_budget)
     return OmegaConf.merge(defaults, stored)

@@ -103,14 +103,16 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 # Algorithm keys added after runs were stored, with the value those earlier runs used,
 # so that a stored run still counts as the same config as a rerun of its command.
-LATER_ALGO_KEYS = {"backend": "torch"}
+# inner_loop/inner_epochs: every Outer-PPO run before them used PPO's own inner loop.
+LATER_ALGO_KEYS = {"backend": "torch", "inner_loop": "ppo", "inner_epochs": 4}
 
 
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in config.items() if k != "logging"}
     config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
-    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score")}
+    # env.tuned is where the presets read their values from; the values used are in config["algo"].
+    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score", "tuned")}
     return config
 
 

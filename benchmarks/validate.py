@@ -86,6 +86,9 @@ COMMON_RULES: list[Rule] = [
     boolean("env.scale_reward"),
     positive_number("env.obs_clip"),
     positive_number("env.reward_clip"),
+    # conf/tuned/<family>.yaml: each preset's tuned values; each is range-checked where its preset reads it (algo.*).
+    ("env.tuned", lambda v: isinstance(v, dict) and all(isinstance(block, dict) for block in v.values()),
+     "a mapping: preset name -> its tuned values"),
 ]
 
 PPO_RULES: list[Rule] = [
@@ -145,6 +148,8 @@ OUTER_PPO_RULES: list[Rule] = [
     boolean("algo.outer_optimizer.anneal_lr"),
     non_negative_number("algo.bias_coef"),
     one_of("algo.apply_to", ["all", "actor"]),
+    one_of("algo.inner_loop", ["ppo", "full_batch"]),
+    positive_int("algo.inner_epochs"),
 ]
 
 # HP3O / HP3O+ (spec section 4). k <= buffer_size and steps_per_batch >= k are

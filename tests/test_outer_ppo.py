@@ -156,7 +156,8 @@ def test_outer_lr_zero_leaves_behaviour_parameters_unchanged(tmp_path, monkeypat
 
 
 def test_outer_lr_zero_on_actor_only_still_trains_the_critic():
-    algorithm = build_outer("algo=outer_ppo", "algo.outer_optimizer.lr=0.0", "algo.apply_to=actor")
+    algorithm = build_outer("algo=outer_ppo", "algo.outer_optimizer.lr=0.0", "algo.apply_to=actor",
+                            "algo.inner_loop=ppo")
     actor_before = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
     critic_before = [p.detach().clone() for p in algorithm.policy.critic.parameters()]
     captured = capture_inner_result(algorithm)
@@ -391,3 +392,78 @@ def test_sensitivity_experiment_composes_with_its_grid():
     del cfg.hydra
     validate_config(cfg)
     assert cfg.algo.name == "outer_ppo_nesterov" and cfg.algo.outer_optimizer.nesterov
+
+
+# ---------------------------------------------------------------------------
+# (f) The named preset is the design note: full-batch SGD(lr 1) on the surrogate, outer AdamW
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
+def test_named_preset_inner_loop_is_the_design_note(discrete):
+    """4 full-batch SGD(lr 1) steps on the clipped surrogate from theta, then ONE AdamW step on the actor
+    with .grad = theta - theta*, redone by hand; the critic is fitted apart and never enters the actor's step."""
+    import copy
+
+    cfg = make_config("algo=outer_ppo", "env=HalfCheetah")
+    validate_config(cfg)
+    assert cfg.algo.inner_loop == "full_batch" and cfg.algo.inner_epochs == 4
+    assert cfg.algo.inner_optimizer.type == "sgd" and cfg.algo.inner_optimizer.lr == 1.0
+    assert cfg.algo.outer_optimizer.type == "adamw"
+    algorithm = OuterPPO(5, 3, discrete, cfg.algo, num_iterations=10)
+    rollout = synthetic_rollout(algorithm, obs_dim=5, num_steps=32)
+    batch = algorithm.flatten_rollout(rollout)
+    reference = copy.deepcopy(algorithm.policy)
+    critic_before = [p.detach().clone() for p in algorithm.policy.critic.parameters()]
+
+    algorithm.update(rollout, iteration=1)  # iteration 1: the annealed inner lr is still 1.0
+
+    # By hand. The surrogate: -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), A normalised over the whole batch.
+    theta = [p.detach().clone() for p in reference.actor_parameters()]
+    advantages = batch["advantages"]
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    eps = cfg.algo.clip_coef
+    for _ in range(4):
+        head = reference.actor(batch["obs"])
+        if discrete:
+            log_prob = torch.log_softmax(head, -1).gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
+        else:
+            std = reference.actor_logstd.exp()
+            log_prob = (-0.5 * ((batch["actions"] - head) / std) ** 2 - reference.actor_logstd
+                        - 0.5 * math.log(2 * math.pi)).sum(-1)
+        ratio = (log_prob - batch["log_probs"]).exp()
+        surrogate = -torch.min(ratio * advantages, ratio.clamp(1 - eps, 1 + eps) * advantages).mean()
+        grads = torch.autograd.grad(surrogate, reference.actor_parameters())
+        with torch.no_grad():
+            for param, grad in zip(reference.actor_parameters(), grads):
+                param -= 1.0 * grad  # SGD, lr 1, no momentum, no clipping
+    theta_star = [p.detach() for p in reference.actor_parameters()]
+    outer = cfg.algo.outer_optimizer
+    beta1, beta2 = outer.betas
+    expected = []
+    for start, end in zip(theta, theta_star):  # AdamW's first step on g = theta - theta*
+        g = start - end
+        m_hat = (1 - beta1) * g / (1 - beta1)
+        v_hat = (1 - beta2) * g * g / (1 - beta2)
+        expected.append(start * (1 - outer.lr * outer.weight_decay) - outer.lr * m_hat / (v_hat.sqrt() + outer.eps))
+
+    assert max_abs_diff(theta_star, theta) > 1e-3  # the inner loop moved: the check below means something
+    assert max_abs_diff(algorithm.policy.actor_parameters(), expected) <= 1e-6
+    critic_after = list(algorithm.policy.critic.parameters())
+    assert max_abs_diff(critic_after, critic_before) > 1e-4  # fitted, by PPO's Adam on the value loss
+
+
+def test_named_preset_full_batch_checkpoint_round_trip(tmp_path):
+    """The critic's own optimizer is part of the state: a reloaded agent takes the same next update."""
+    cfg = make_config("algo=outer_ppo", "env=HalfCheetah")
+    first = OuterPPO(4, 2, True, cfg.algo, num_iterations=10)
+    first.update(synthetic_rollout(first, obs_dim=4, seed=1), iteration=1)
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    second = OuterPPO(4, 2, True, cfg.algo, num_iterations=10)
+    second.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    rollout = synthetic_rollout(first, obs_dim=4, seed=2)
+    torch.manual_seed(0)
+    first.update(rollout, iteration=2)
+    torch.manual_seed(0)
+    second.update(rollout, iteration=2)
+    assert max_abs_diff(parameters(first), parameters(second)) == 0.0

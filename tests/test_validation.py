@@ -70,6 +70,8 @@ BAD_CONFIGS = [
      "algo.outer_optimizer.momentum must be a number in [0, 1), got 1.0"),
     (["algo=outer_ppo", "algo.apply_to=critic"], "algo.apply_to must be one of all, actor, got 'critic'"),
     (["algo=outer_ppo", "algo.bias_coef=-1"], "algo.bias_coef must be a number >= 0, got -1"),
+    (["algo=outer_ppo", "algo.inner_loop=minibatch"], "algo.inner_loop must be one of ppo, full_batch, got 'minibatch'"),
+    (["algo=outer_ppo", "algo.inner_epochs=0"], "algo.inner_epochs must be an integer >= 1, got 0"),
     (["algo=hp3o", "algo.buffer_size=0"], "algo.buffer_size must be an integer >= 1, got 0"),
     (["algo=hp3o", "algo.trajectories_per_batch=99", "algo.buffer_size=10"],
      "algo.trajectories_per_batch must be <= algo.buffer_size = 10, got 99"),
