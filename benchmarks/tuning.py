@@ -1,0 +1,381 @@
+"""Tuning with equal budgets: Optuna studies over the presets, their objective, and writing the results back.
+
+Protocol (README "Tuning"), per task family:
+  stage 1  tune PPO's core hyperparameters (env.hparams: every preset reads them);
+  apply    write the best values into conf/env_family/<family>.yaml;
+  stage 2  tune each variant's own hyperparameters (env.tuned.<preset>) on top of it;
+  apply    write each variant's best values into conf/tuned/<family>.yaml.
+Every preset gets the same number of trials, on the same tuning tasks and tuning seeds.
+
+    python run.py -m hydra/sweeper=tune +tune=mujoco algo=ppo hydra/launcher=joblib hydra.launcher.n_jobs=2
+    python -m benchmarks.tuning apply --tune mujoco --algo ppo
+    python -m benchmarks.tuning report --tune mujoco
+
+Objective of a run: the area under its evaluation curve (mean evaluation return over
+the run, trapezoidal in env steps), normalised per task with the task's random and
+reference scores, so tasks of different reward scales average fairly. A trial's
+objective is the mean over its runs (tuning tasks x tuning seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from benchmarks.logger import read_csv_complete_rows
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class RunNotComplete(RuntimeError):
+    """A run of a trial did not finish (failed: diverged, bad values; or was not run)."""
+
+
+def normalised_auc(run_dir: Path) -> float:
+    """Area under the run's evaluation curve, divided by its span, in normalised score units."""
+    from benchmarks.report import area_under_curve
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise RunNotComplete(f"{run_dir}: no readable summary.json ({type(error).__name__})") from None
+    if summary.get("status") != "complete":
+        raise RunNotComplete(f"{run_dir}: {summary.get('status')}: {summary.get('error', '')}".rstrip(": "))
+    env = summary["config"]["env"]
+    if env.get("reference_score") is None:
+        raise ValueError(f"{env['name']} has no env.reference_score: it cannot be a tuning task "
+                         f"(its returns cannot be normalised)")
+    curve = read_csv_complete_rows(run_dir / "eval.csv").set_index("env_steps")["eval_return_mean"].astype(float)
+    normalised = (curve - env["random_score"]) / (env["reference_score"] - env["random_score"])
+    return area_under_curve(normalised)
+
+
+# ---------------------------------------------------------------------------
+# Search spaces: {key: {low, high, log} | {low, high, int: true} | {choices: [...]}}
+# ---------------------------------------------------------------------------
+
+
+def distribution(key: str, spec: dict):
+    import optuna
+
+    if "choices" in spec:
+        return optuna.distributions.CategoricalDistribution(list(spec["choices"]))
+    if spec.get("int", False):
+        return optuna.distributions.IntDistribution(int(spec["low"]), int(spec["high"]), log=spec.get("log", False))
+    if "low" in spec and "high" in spec:
+        return optuna.distributions.FloatDistribution(float(spec["low"]), float(spec["high"]),
+                                                      log=spec.get("log", False))
+    raise ValueError(f"search space entry {key}: give low/high (float; int: true for integers) or choices, got {spec}")
+
+
+def within(dist, value) -> bool:
+    import optuna
+
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return value in dist.choices
+    return isinstance(value, (int, float)) and dist.low <= value <= dist.high
+
+
+def override_value(value: Any) -> str:
+    """A Hydra override value that parses back to the same number or string."""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+class TuningStudy:
+    """One preset's Optuna study, asked and told in batches; resumable from its storage."""
+
+    def __init__(self, config: DictConfig, search_space: dict, sweep_dir: Path, storage: str, study_name: str,
+                 n_trials: int, trials_per_batch: int, sampler_seed: int, n_startup_trials: int, tasks: list,
+                 seeds: list, enqueue_defaults: bool):
+        import optuna
+
+        self.config, self.sweep_dir = config, sweep_dir
+        self.space = {key: distribution(key, spec) for key, spec in search_space.items()}
+        self.n_trials, self.trials_per_batch = n_trials, trials_per_batch
+        self.sampler_seed, self.n_startup_trials = sampler_seed, n_startup_trials
+        self.tasks, self.seeds = tasks, seeds
+        if storage.startswith("sqlite:///"):
+            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
+                                         load_if_exists=True)
+        # What the trials are tuned on top of: PPO's core for the family. A rerun with other
+        # values would mix two baselines in one study.
+        base = {"env.hparams": OmegaConf.to_container(config.env.hparams, resolve=True),
+                "tasks": list(tasks), "seeds": list(seeds), "total_steps": int(config.total_steps),
+                "search_space": search_space}
+        stored = self.study.user_attrs.get("base")
+        if stored is None:
+            self.study.set_user_attr("base", base)
+            if enqueue_defaults and not self.study.trials:
+                defaults = {key: OmegaConf.select(config, key) for key in self.space}
+                outside = [f"{key}={value}" for key, value in defaults.items() if not within(self.space[key], value)]
+                if outside:
+                    raise SystemExit(f"config error: the preset's current values lie outside the search space "
+                                     f"({', '.join(outside)}): widen it, or set enqueue_defaults=false")
+                self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
+        elif json.dumps(stored, sort_keys=True) != json.dumps(base, sort_keys=True):
+            changed = sorted(k for k in base if json.dumps(base[k], sort_keys=True) != json.dumps(stored.get(k),
+                                                                                                 sort_keys=True))
+            raise SystemExit(f"config error: study {study_name} in {storage} was started with other "
+                             f"{', '.join(changed)}: give it another study_name or storage")
+        # Trials left running by a killed sweep are run again with their own values (their runs resume).
+        import optuna.trial
+
+        self.stale = [optuna.trial.Trial(self.study, t._trial_id) for t in self.study.trials
+                      if t.state == optuna.trial.TrialState.RUNNING]
+
+    def finished(self) -> int:
+        import optuna
+
+        return sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+                   for t in self.study.trials)
+
+    def next_trials(self) -> list:
+        """The next batch: stale trials first, then new ones, until n_trials have finished."""
+        import optuna
+
+        if self.stale:
+            trials, self.stale = self.stale, []
+            return trials
+        wanted = min(self.trials_per_batch, self.n_trials - self.finished())
+        if wanted <= 0:
+            return []
+        # Seeded per batch from the number of finished trials: the same history asks the
+        # same values, whether or not the tuning command was killed and resumed in between.
+        self.study.sampler = optuna.samplers.TPESampler(
+            seed=self.sampler_seed + self.finished(), n_startup_trials=self.n_startup_trials, constant_liar=True,
+            multivariate=True)
+        return [self.study.ask(self.space) for _ in range(wanted)]
+
+    def run_dir(self, trial, task: str, seed: int) -> Path:
+        return self.sweep_dir / f"trial{trial.number:03d}" / task / f"seed{seed}"
+
+    def job_overrides(self, trial, arguments: list[str]) -> list[list[str]]:
+        values = [f"{key}={override_value(trial.params[key])}" for key in self.space]
+        return [[*arguments, f"env={task}", f"seed={seed}", *values,
+                 f"hydra.sweep.subdir={self.run_dir(trial, task, seed).relative_to(self.sweep_dir)}"]
+                for task in self.tasks for seed in self.seeds]
+
+    def finish(self, trial) -> None:
+        import optuna
+
+        scores, problems = {}, []
+        for task in self.tasks:
+            for seed in self.seeds:
+                try:
+                    scores[f"{task}/seed{seed}"] = normalised_auc(self.run_dir(trial, task, seed))
+                except RunNotComplete as problem:
+                    problems.append(str(problem))
+        for name, score in scores.items():
+            trial.set_user_attr(name, score)
+        if problems or not scores:
+            # Counts towards n_trials (equal budgets) but not as a value TPE learns from.
+            trial.set_user_attr("failed_runs", problems)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            print(f"trial {trial.number} failed: {'; '.join(problems)}")
+            return
+        value = float(np.mean(list(scores.values())))
+        self.study.tell(trial, value)
+        print(f"trial {trial.number}: normalised AUC {value:.4f} "
+              f"({', '.join(f'{k} {v:.3f}' for k, v in scores.items())}) with {trial.params}")
+
+    def log_summary(self) -> None:
+        best = self.study.best_trial
+        print(f"study {self.study.study_name}: {self.finished()} trials finished; best trial {best.number}: "
+              f"normalised AUC {best.value:.4f} with {best.params}")
+
+
+# ---------------------------------------------------------------------------
+# apply: best values -> conf/
+# ---------------------------------------------------------------------------
+
+
+def tune_config(tune: str) -> dict:
+    """conf/tune/<tune>.yaml's sweeper settings (storage, tasks, families the result applies to)."""
+    config = OmegaConf.load(PROJECT_ROOT / "conf" / "tune" / f"{tune}.yaml")
+    return OmegaConf.to_container(config, resolve=False)
+
+
+def load_study(storage: str, study_name: str):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def set_yaml_value(path: Path, block: str, key: str, value: Any) -> None:
+    """Replace `key: old` inside the top-level `block:` of a plain two-level YAML file, keeping its comments."""
+    lines = path.read_text().splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(block)}:\s*(#.*)?$", line))
+    except StopIteration:
+        raise KeyError(f"{path}: no top-level block {block!r}") from None
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        if line.strip() and not line.startswith((" ", "#")):
+            break  # the next top-level key: the block ended without this key
+        match = re.match(rf"^(\s+{re.escape(key)}:\s*)([^#\n]*?)(\s*#.*)?\n?$", line)
+        if match:
+            comment = match.group(3) or ""
+            lines[i] = f"{match.group(1)}{yaml_scalar(value)}{comment}\n"
+            path.write_text("".join(lines))
+            return
+    raise KeyError(f"{path}: block {block!r} has no key {key!r}")
+
+
+def yaml_scalar(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def set_provenance(path: Path, block: str, text: str) -> None:
+    """One `# tuned: ...` line directly above `block:`, replaced on every apply."""
+    lines = path.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(block)}:", line))
+    if start > 0 and lines[start - 1].startswith("# tuned:"):
+        lines[start - 1] = f"# tuned: {text}\n"
+    else:
+        lines.insert(start, f"# tuned: {text}\n")
+    path.write_text("".join(lines))
+
+
+def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
+    """Write the best trial's values of study `algo` into the config files the presets read them from."""
+    sweeper = tune_config(tune)["hydra"]["sweeper"]
+    storage, families = storage or sweeper["storage"], sweeper["families"]
+    study = load_study(storage, algo)
+    best = study.best_trial
+    finished = sum(t.state.is_finished() for t in study.trials)
+    provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
+                  f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
+                  f"--tune {tune} --algo {algo})")
+    for key, value in best.params.items():
+        parts = key.split(".")
+        if parts[:2] == ["env", "hparams"]:
+            for family in families:
+                path = PROJECT_ROOT / "conf" / "env_family" / f"{family}.yaml"
+                set_yaml_value(path, "hparams", parts[2], value)
+                set_provenance(path, "hparams", provenance)
+        elif parts[:2] == ["env", "tuned"]:
+            path = PROJECT_ROOT / "conf" / "tuned" / f"{tune}.yaml"
+            set_yaml_value(path, parts[2], parts[3], value)
+            set_provenance(path, parts[2], provenance)
+        else:
+            raise ValueError(f"{key}: tuned values live under env.hparams or env.tuned, not elsewhere")
+    print(f"applied {algo}: {best.params} ({provenance})")
+    return best.params
+
+
+# ---------------------------------------------------------------------------
+# report: one table of all studies, one sensitivity figure per study
+# ---------------------------------------------------------------------------
+
+
+def study_rows(tune: str) -> list[dict]:
+    import optuna
+
+    storage = tune_config(tune)["hydra"]["sweeper"]["storage"]
+    rows = []
+    for summary in optuna.get_all_study_summaries(storage=storage):
+        study = load_study(storage, summary.study_name)
+        trials = [t for t in study.trials if t.state.is_finished()]
+        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        defaults = [t for t in complete if t.user_attrs.get("defaults")]
+        best = max(complete, key=lambda t: t.value) if complete else None
+        rows.append({
+            "preset": summary.study_name, "trials": len(trials), "failed": len(trials) - len(complete),
+            "default_auc": defaults[0].value if defaults else math.nan,
+            "best_auc": best.value if best else math.nan, "best_trial": best.number if best else None,
+            "best_params": best.params if best else {}, "study": study,
+        })
+    return rows
+
+
+def report(tune: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = study_rows(tune)
+    base = rows[0]["study"].user_attrs.get("base", {}) if rows else {}
+    lines = [f"# Tuning studies: {tune}", "",
+             f"Objective: normalised area under the evaluation curve, mean over tuning tasks "
+             f"{base.get('tasks')} x tuning seeds {base.get('seeds')}, {base.get('total_steps')} env steps per run. "
+             f"Trial 0 of every study is the preset's values before tuning ('default').", "",
+             "| preset | trials (failed) | default | best | best trial | best values |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        params = ", ".join(f"{k.split('.')[-1]}={yaml_scalar(v)}" for k, v in row["best_params"].items())
+        lines.append(f"| {row['preset']} | {row['trials']} ({row['failed']}) | {row['default_auc']:.4f} | "
+                     f"{row['best_auc']:.4f} | {row['best_trial']} | {params} |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{tune}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    import optuna
+
+    for row in rows:
+        complete = [t for t in row["study"].trials if t.state == optuna.trial.TrialState.COMPLETE]
+        keys = list(row["study"].user_attrs.get("base", {}).get("search_space", {}))
+        if not complete or not keys:
+            continue
+        fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys), 2.6), sharey=True, squeeze=False)
+        values = [t.value for t in complete]
+        for ax, key in zip(axes[0], keys):
+            xs = [t.params[key] for t in complete]
+            categorical = any(isinstance(x, str) for x in xs)
+            positions = [sorted(set(map(str, xs))).index(str(x)) for x in xs] if categorical else xs
+            default = [t for t in complete if t.user_attrs.get("defaults")]
+            ax.scatter(positions, values, s=18, color="#4477AA", alpha=0.8)
+            if default:
+                x0 = default[0].params[key]
+                ax.scatter([sorted(set(map(str, xs))).index(str(x0)) if categorical else x0], [default[0].value],
+                           s=60, facecolors="none", edgecolors="black", label="before tuning")
+            spec = base.get("search_space", {}).get(key, {}) if row is rows[0] else \
+                row["study"].user_attrs["base"]["search_space"][key]
+            if spec.get("log") and not categorical:
+                ax.set_xscale("log")
+            if categorical:
+                ax.set_xticks(range(len(set(map(str, xs)))), sorted(set(map(str, xs))), fontsize=7)
+            ax.set_xlabel(key.split(".")[-1], fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0][0].set_ylabel("normalised AUC", fontsize=8)
+        axes[0][0].legend(fontsize=7, loc="lower left")
+        fig.suptitle(f"{tune}: {row['preset']}, {len(complete)} trials (objective vs each value)", fontsize=9)
+        fig.tight_layout()
+        for suffix in ("png", "svg"):
+            fig.savefig(out / f"{tune}_{row['preset']}_sensitivity.{suffix}", dpi=120)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    apply = commands.add_parser("apply", help="write a study's best values into conf/")
+    apply.add_argument("--tune", required=True, help="conf/tune/<name>.yaml of the study (e.g. mujoco)")
+    apply.add_argument("--algo", required=True, nargs="+", help="preset(s) whose study to apply")
+    apply.add_argument("--storage", help="another storage than the tuning config's (e.g. a study run elsewhere)")
+    show = commands.add_parser("report", help="table and sensitivity figures of every study of a tuning config")
+    show.add_argument("--tune", required=True)
+    show.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "tuning")
+    args = parser.parse_args(argv)
+    if args.command == "apply":
+        for algo in args.algo:
+            apply_best(args.tune, algo, args.storage)
+    else:
+        report(args.tune, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The tuning loop: ask Optuna for trials, launch their runs on Hydra's launcher, tell the objective.
+
+    python run.py -m hydra/sweeper=tune +tune=mujoco algo=ppo hydra/launcher=joblib hydra.launcher.n_jobs=2
+
+One trial is one set of hyperparameter values, trained once per tuning task x
+tuning seed (its runs go to the configured launcher - basic, joblib or submitit -
+in one batch with the other trials asked at the same time). Its objective is the
+normalised area under the evaluation curve, averaged over those runs
+(benchmarks/tuning.py). The study lives in the storage (SQLite by default), so a
+killed tuning command rerun resumes: complete trials are kept, trials that were
+running are relaunched with their values (their runs resume from checkpoints),
+and the study asks for more until n_trials have finished.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+class TuneSweeper(Sweeper):
+    def __init__(self, storage: str, study_name: str, n_trials: int, trials_per_batch: int, sampler_seed: int,
+                 n_startup_trials: int, tasks: list, seeds: list, enqueue_defaults: bool, families: list, search_spaces: Any):
+        self.settings = dict(storage=storage, study_name=study_name, n_trials=n_trials,
+                             trials_per_batch=trials_per_batch, sampler_seed=sampler_seed,
+                             n_startup_trials=n_startup_trials, tasks=list(tasks), seeds=list(seeds),
+                             enqueue_defaults=enqueue_defaults)
+        self.search_spaces = OmegaConf.to_container(search_spaces, resolve=True) \
+            if isinstance(search_spaces, DictConfig) else dict(search_spaces)
+        self.config: DictConfig | None = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> None:
+        from benchmarks.tuning import TuningStudy
+
+        parsed = OverridesParser.create().parse_overrides(arguments)
+        swept = [o.input_line for o in parsed if o.is_sweep_override()]
+        if swept:
+            raise SystemExit(f"config error: hydra/sweeper=tune tunes one preset; it takes no sweep overrides "
+                             f"(got {', '.join(swept)}): run one tuning command per preset")
+        preset = self.config.algo.name
+        if preset not in self.search_spaces:
+            raise SystemExit(f"config error: no search space for algo={preset} in hydra.sweeper.search_spaces "
+                             f"(have: {', '.join(sorted(self.search_spaces))})")
+        study = TuningStudy(config=self.config, search_space=self.search_spaces[preset],
+                            sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
+        job_index = 0
+        while True:
+            trials = study.next_trials()
+            if not trials:
+                break
+            jobs = [(trial, overrides) for trial in trials for overrides in study.job_overrides(trial, arguments)]
+            log.info("tuning %s: launching trial(s) %s (%d runs)", preset,
+                     ", ".join(str(t.number) for t in trials), len(jobs))
+            self.launcher.launch([overrides for _trial, overrides in jobs], initial_job_idx=job_index)
+            job_index += len(jobs)
+            for trial in trials:
+                study.finish(trial)
+        study.log_summary()

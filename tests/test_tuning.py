@@ -1,0 +1,113 @@
+"""Tuning (benchmarks/tuning.py, hydra/sweeper=tune): the objective, the study loop on a real launcher and
+SQLite database, resuming a killed study, and writing the best values back into the config files."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import optuna
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from benchmarks import tuning
+
+
+def write_run(run_dir, status="complete", curve=((0, 10.0), (100, 30.0), (200, 30.0))):
+    run_dir.mkdir(parents=True)
+    config = {"env": {"name": "Toy", "random_score": 10.0, "reference_score": 50.0}}
+    (run_dir / "summary.json").write_text(json.dumps({"status": status, "config": config}))
+    pd.DataFrame(curve, columns=["env_steps", "eval_return_mean"]).to_csv(run_dir / "eval.csv", index=False)
+
+
+def test_objective_is_the_normalised_area_under_the_eval_curve(tmp_path):
+    write_run(tmp_path / "a")
+    # normalised curve 0, 0.5, 0.5 over 0..200 steps: trapezoids (0 + 0.5)/2 * 100 + 0.5 * 100 = 75; / 200
+    assert tuning.normalised_auc(tmp_path / "a") == pytest.approx(0.375, abs=1e-12)
+    write_run(tmp_path / "b", status="failed")
+    with pytest.raises(tuning.RunNotComplete, match="failed"):
+        tuning.normalised_auc(tmp_path / "b")
+
+
+def tune_command(tmp_path, *extra):
+    return [sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo",
+            "env.num_steps=64", "total_steps=512", "eval.every_steps=256", "eval.episodes=1",
+            "hydra.sweeper.tasks=[CartPole]", "hydra.sweeper.trials_per_batch=2",
+            f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/runs", *extra]
+
+
+def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
+    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra/launcher=joblib",
+                                         "hydra.launcher.n_jobs=2"),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    defaults = study.trials[0]
+    assert defaults.user_attrs["defaults"] and defaults.params["env.hparams.lr"] == 2.5e-4  # the preset as shipped
+    for trial in study.trials:  # one run per tuning task x seed, its objective recorded per run
+        run_dir = tmp_path / "runs" / f"trial{trial.number:03d}" / "CartPole" / "seed1000"
+        assert trial.value == pytest.approx(tuning.normalised_auc(run_dir))
+        assert trial.user_attrs["CartPole/seed1000"] == trial.value
+    assert json.loads((tmp_path / "runs/trial001/CartPole/seed1000/summary.json").read_text())["config"]["env"][
+        "hparams"]["lr"] == study.trials[1].params["env.hparams.lr"]
+
+    # A kill leaves a trial RUNNING (asked, not told): the rerun runs it again with its values, then goes on.
+    study.sampler = optuna.samplers.RandomSampler(seed=0)
+    space = {key: optuna.distributions.distribution_to_json(dist) for key, dist in
+             study.trials[1].distributions.items()}
+    stale = study.ask({key: optuna.distributions.json_to_distribution(dist) for key, dist in space.items()})
+    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=5"), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 5
+    assert study.trials[stale.number].params == stale.params
+    assert f"trial {stale.number}: normalised AUC" in result.stdout
+
+
+def test_a_study_refuses_another_baseline_and_sweep_overrides(tmp_path):
+    first = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=2", "total_steps=1024"), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert other.returncode != 0
+    assert "config error: study ppo" in other.stderr and "was started with other total_steps" in other.stderr
+    swept = subprocess.run(tune_command(tmp_path, "seed=0,1"), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+    assert swept.returncode != 0 and "takes no sweep overrides (got seed=0,1)" in swept.stderr
+
+
+def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monkeypatch):
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    monkeypatch.setattr(tuning, "PROJECT_ROOT", tmp_path)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    for name, params in [("ppo", {"env.hparams.lr": 7.5e-4, "env.hparams.update_epochs": 6}),
+                         ("outer_ppo", {"env.tuned.outer_ppo.outer_lr": 0.02, "env.tuned.outer_ppo.inner_loop": "ppo"})]:
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+        worse = {k: v * 2.0 if isinstance(v, float) else v for k, v in params.items()}
+        dists = {k: optuna.distributions.CategoricalDistribution(sorted({worse[k], params[k]}, key=str))
+                 for k in params}
+        for values, objective in [(worse, 0.1), (params, 0.3)]:  # the second trial is the best
+            study.add_trial(optuna.trial.create_trial(params=values, distributions=dists, value=objective))
+    monkeypatch.setattr(tuning, "tune_config", lambda tune: {"hydra": {"sweeper": {
+        "storage": storage, "families": ["classic", "classic_continuous"]}}})
+    tuning.main(["apply", "--tune", "classic", "--algo", "ppo", "outer_ppo"])
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        for env in ("CartPole", "Pendulum"):  # both classic families
+            cfg = compose(config_name="config", overrides=[f"env={env}", "algo=outer_ppo"])
+            assert cfg.algo.lr == 7.5e-4 and cfg.algo.update_epochs == 6
+            assert cfg.algo.outer_optimizer.lr == 0.02 and cfg.algo.inner_loop == "ppo"
+        cfg = compose(config_name="config", overrides=["env=HalfCheetah", "algo=outer_ppo"])
+        assert cfg.algo.lr == 3e-4 and cfg.algo.outer_optimizer.lr != 0.02  # another family: untouched
+    text = (conf / "tuned" / "classic.yaml").read_text()
+    assert "# tuned: study outer_ppo in" in text and "best of 2 trials (trial 1, normalised AUC 0.3000" in text
+    assert "  outer_lr: 0.02\n" in text
