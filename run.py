@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.validate import ConfigError, validate_config
 
@@ -45,6 +45,10 @@ def main(cfg: DictConfig) -> float | None:
         return finished["final_eval_return_mean"]
     log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
              cfg.total_steps, run_dir)
+    # A measured result the user should know before spending the compute (conf/tuned/<family>.yaml).
+    known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
+    if known_result:
+        print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         summary = train(cfg, run_dir)
@@ -87,8 +91,6 @@ def is_recorded_failure(run_dir: Path) -> bool:
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
     import json
-
-    from omegaconf import OmegaConf
 
     from benchmarks.trainer import numbers_relevant
 

@@ -111,8 +111,9 @@ def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in config.items() if k != "logging"}
     config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
-    # env.tuned is where the presets read their values from; the values used are in config["algo"].
-    config["env"] = {k: v for k, v in config["env"].items() if k not in ("random_score", "reference_score", "tuned")}
+    # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
+    config["env"] = {k: v for k, v in config["env"].items()
+                     if k not in ("random_score", "reference_score", "hparams", "tuned")}
     return config
 
 
