@@ -1,7 +1,7 @@
 """What the papers claim next to what this suite measured: probability of improvement over PPO with 95% CIs.
 
-    python -m benchmarks.claims                      # results/runs/classic + results/runs/mujoco
-    python -m benchmarks.claims SUITE_DIR ... --out results/tables
+    python -m benchmarks.claims                      # the tuned suites (results/runs/mujoco_tuned, ...)
+    python -m benchmarks.claims SUITE_DIR ... --out results/tables --name claims_untuned
 
 Writes results/tables/claims.md and claims.csv. Scores are raw returns per
 task: the probability of improvement compares runs within a task and then
@@ -9,6 +9,10 @@ averages over tasks, so no normalisation is needed (Walker2d has no reference
 score). Tasks enter a group only where both PPO and the candidate have at least 3
 complete seeds, and each group uses the first k seeds, k the smallest seed
 count among its tasks (rliable's stratified bootstrap needs equal runs per task).
+
+Each verdict says how both sides were tuned (benchmarks/tuning.py): a run counts
+as tuned when every value of its family's best trial is the value it ran with;
+tasks marked * were tuning tasks (the final evaluation uses other seeds).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pandas as pd
 
 from benchmarks.report import RESULTS, area_under_curve, eval_curves, probability_of_improvement
 from benchmarks.runs import load_runs
+from benchmarks.tuning import study_provenance
 
 CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
               "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
@@ -81,7 +86,12 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
     ours = np.stack([scores[(t, candidate)][:seeds] for t in tasks], axis=1)
     ppo = np.stack([scores[(t, "ppo")][:seeds] for t in tasks], axis=1)
     steps = sorted({run["env_steps"] for run in runs if run["env"] in tasks})
-    row = {"tasks": ", ".join(tasks), "seeds": seeds, "env_steps": "/".join(f"{s // 1000}k" for s in steps)}
+    tuning = {algo: tuning_of([r for r in runs if r["algo"] == algo and r["env"] in tasks])
+              for algo in (candidate, "ppo")}
+    tuned_on = set().union(*(t["tasks"] for t in tuning.values() if t))
+    row = {"tasks": ", ".join(f"{t}*" if t in tuned_on else t for t in tasks), "seeds": seeds,
+           "env_steps": "/".join(f"{s // 1000}k" for s in steps),
+           "tuning": "; ".join(f"{algo}: {t['text'] if t else 'untuned'}" for algo, t in tuning.items())}
     if metric == "std":
         ratios = ours.std(axis=0) / ppo.std(axis=0)
         row.update(value=float(np.exp(np.mean(np.log(ratios)))), ci_low=np.nan, ci_high=np.nan,
@@ -90,6 +100,15 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
         point, low, high = probability_of_improvement(ours, ppo)
         row.update(value=point, ci_low=low, ci_high=high, per_task="")
     return row
+
+
+def tuning_of(runs: list[dict]) -> dict | None:
+    """How these runs' preset was tuned: the study whose best values every run used, or None (untuned)."""
+    found = {study_provenance(run["config"]) for run in runs}
+    if len(found) != 1 or None in found:
+        return None
+    text, tasks = found.pop()
+    return {"text": text, "tasks": set(tasks)}
 
 
 def verdict(row: dict, metric: str) -> str:
@@ -121,17 +140,20 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 
     shown = pd.DataFrame({
         "paper": table["paper"], "claim": table["claim"], "preset": table["preset"],
-        "tasks (seeds, budget)": [f"{t} ({s} seeds, {b})" for t, s, b in
-                                  zip(table["tasks"], table["seeds"], table["env_steps"])],
+        "tasks (seeds, budget; * = tuning task)": [f"{t} ({s} seeds, {b})" for t, s, b in
+                                                   zip(table["tasks"], table["seeds"], table["env_steps"])],
+        "tuning (candidate; PPO)": table["tuning"],
         "measured": [f"{METRIC_TEXT[m].split(' (')[0]}: {measured(r)}" for m, (_, r) in
                      zip(table["metric"], table.iterrows())],
         "verdict": table["verdict"],
     })
-    sources = ", ".join(f"results/runs/{p.name}" for p in suites)
+    sources = ", ".join(f"results/runs/{p.name} (`python run.py -m +experiment={p.name}`)" for p in suites)
     return (
         "# Paper claims vs this suite\n\n"
-        f"Runs: {sources} (`python run.py -m +experiment=classic`, `python run.py -m +experiment=mujoco`); table by "
-        "`python -m benchmarks.claims`. Probability of improvement (rliable, stratified bootstrap, 95% CI) compares "
+        f"Runs: {sources}; table by `python -m benchmarks.claims {' '.join(f'results/runs/{p.name}' for p in suites)}`. "
+        "Tuning: trials per preset x tuning tasks x seeds x env steps per trial, from the preset's study "
+        "(results/tuning/<family>.db, README \"Tuning\"); PPO and each variant got the same number of trials. "
+        "Probability of improvement (rliable, stratified bootstrap, 95% CI) compares "
         "each seed's score with each PPO seed's on the same task and averages over tasks; a CI containing 0.5 "
         "means no difference is established at these seed counts.\n\n" + shown.to_markdown(index=False) + "\n"
     )
@@ -139,16 +161,16 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=Path,
-                        default=[RESULTS / "runs" / "classic", RESULTS / "runs" / "mujoco"])
+    parser.add_argument("suites", nargs="*", type=Path, default=[RESULTS / "runs" / "mujoco_tuned"])
     parser.add_argument("--out", type=Path, default=RESULTS / "tables")
+    parser.add_argument("--name", default="claims", help="file name of the table (claims -> claims.md, claims.csv)")
     args = parser.parse_args(argv)
     runs = [run for suite in args.suites for run in load_runs(suite)]
     table = claims_table(runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    table.round(6).to_csv(args.out / "claims.csv", index=False)
+    table.round(6).to_csv(args.out / f"{args.name}.csv", index=False)
     text = claims_markdown(table, args.suites)
-    (args.out / "claims.md").write_text(text)
+    (args.out / f"{args.name}.md").write_text(text)
     print(text)
 
 

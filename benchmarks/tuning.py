@@ -277,6 +277,56 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
     return best.params
 
 
+def study_provenance(config: dict) -> tuple[str, tuple] | None:
+    """(budget text, tuning tasks) of the study whose best values this run config used; None if untuned.
+
+    Studies are looked up in results/tuning/<family>.db of the run's task family (classic and
+    classic_continuous share classic.db); the run used them if every best value is the value
+    at the same key of its config (env.hparams.* for PPO's core, env.tuned.<preset>.* else).
+    """
+    family = {"classic_continuous": "classic"}.get(config["env"]["family"], config["env"]["family"])
+    database = PROJECT_ROOT / "results" / "tuning" / f"{family}.db"
+    preset = config["algo"]["name"]
+    if not database.exists():
+        return None
+    cached = _studies_cache.get(database)
+    if cached is None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = f"sqlite:///{database}"
+        cached = {s.study_name: load_study(storage, s.study_name) for s in optuna.get_all_study_summaries(storage)}
+        _studies_cache[database] = cached
+
+    def used_best(study) -> bool:
+        try:
+            params = study.best_trial.params
+        except ValueError:  # no complete trial
+            return False
+        return all(_select(config, key) == value for key, value in params.items())
+
+    studies = [cached[name] for name in ("ppo", preset) if name in cached]
+    if preset not in cached or not all(used_best(study) for study in studies):
+        return None
+    base = cached[preset].user_attrs["base"]
+    trials = sum(t.state.is_finished() for t in cached[preset].trials)
+    text = (f"{trials} trials x {len(base['tasks'])} tasks x {len(base['seeds'])} seed x "
+            f"{base['total_steps'] // 1000}k steps")
+    return text, tuple(base["tasks"])
+
+
+_studies_cache: dict = {}
+
+
+def _select(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 # ---------------------------------------------------------------------------
 # report: one table of all studies, one sensitivity figure per study
 # ---------------------------------------------------------------------------

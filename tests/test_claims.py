@@ -9,7 +9,9 @@ from benchmarks.claims import claims_table, measure
 def fake_run(env: str, algo: str, seed: int, final: float) -> dict:
     steps = [0, 50_000, 100_000]
     curve = pd.DataFrame({"env_steps": steps, "eval_return_mean": [0.0, final / 2, final]})
-    return {"env": env, "algo": algo, "seed": seed, "env_steps": steps[-1], "eval": curve}
+    family = "classic_continuous" if env == "Pendulum" else "mujoco"
+    config = {"env": {"name": env, "family": family, "hparams": {}}, "algo": {"name": algo}}  # no tuned values
+    return {"env": env, "algo": algo, "seed": seed, "env_steps": steps[-1], "eval": curve, "config": config}
 
 
 def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
@@ -17,6 +19,7 @@ def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     runs += [fake_run(env, "hp3o", s, 200.0 + s) for env in ("Hopper", "Walker2d") for s in range(3)]
     row = measure(runs, "hp3o", "continuous", "final")
     assert row["value"] == 1.0 and row["seeds"] == 3 and row["tasks"] == "Hopper, Walker2d"
+    assert row["tuning"] == "hp3o: untuned; ppo: untuned"
     assert measure(runs, "ppo", "continuous", "final")["value"] == 0.5  # ties count half
     assert measure(runs, "hp3o", "discrete", "final") is None  # no discrete task ran
     two_seeds = [r for r in runs if not (r["env"] == "Walker2d" and r["algo"] == "hp3o" and r["seed"] == 2)]
