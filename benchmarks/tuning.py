@@ -234,9 +234,21 @@ def set_yaml_value(path: Path, block: str, key: str, value: Any) -> None:
 
 
 def yaml_scalar(value: Any) -> str:
+    """4 significant digits; exponents keep a decimal point ('1.0e-05'), which every YAML loader reads as a float."""
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+        text = f"{value:.4g}"
+        mantissa, _, exponent = text.partition("e")
+        if exponent and "." not in mantissa:
+            text = f"{mantissa}.0e{exponent}"
+        return text if ("." in text or "e" in text) else text + ".0"
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal, floats as written by yaml_scalar (4 significant digits)."""
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-12)
+    return a == b
 
 
 def set_provenance(path: Path, block: str, text: str) -> None:
@@ -303,7 +315,7 @@ def study_provenance(config: dict) -> tuple[str, tuple] | None:
             params = study.best_trial.params
         except ValueError:  # no complete trial
             return False
-        return all(_select(config, key) == value for key, value in params.items())
+        return all(same_value(value, _select(config, key)) for key, value in params.items())
 
     studies = [cached[name] for name in ("ppo", preset) if name in cached]
     if preset not in cached or not all(used_best(study) for study in studies):
