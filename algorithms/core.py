@@ -1,6 +1,6 @@
 """Pieces shared by every algorithm: actor-critic, rollout storage, GAE, PPO losses.
 
-Spec: ../shared/spec/ALGORITHMS.md section 1. Everything here is either a small
+Spec: docs/algorithms.md section 1. Everything here is either a small
 module with explicit state or a pure function of tensors, so that it can be
 tested against hand computations.
 """

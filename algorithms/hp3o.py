@@ -1,4 +1,4 @@
-"""HP3O and HP3O+ (Liu et al. 2025, arXiv:2502.15968), spec section 4.
+"""HP3O and HP3O+ (Liu et al. 2025, arXiv:2502.15968), docs/algorithms.md section 4.
 
 PPO with a FIFO replay buffer of complete episodes. Each iteration the trainer
 collects a rollout exactly as for PPO (same env-step budget); update() stitches

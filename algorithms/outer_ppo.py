@@ -1,4 +1,4 @@
-"""Outer-PPO (Tan, Toledo, Ellis, Foerster, Huszar 2024, arXiv:2411.00666), spec section 3.
+"""Outer-PPO (Tan, Toledo, Ellis, Foerster, Huszar 2024, arXiv:2411.00666), docs/algorithms.md section 3.
 
 PPO seen as two loops. At iteration k the behaviour parameters are theta_k.
   inner loop: an estimate theta*_k of where this rollout pulls the parameters,

@@ -1,4 +1,4 @@
-"""Classic PPO (Schulman et al. 2017, arXiv:1707.06347), spec section 2.
+"""Classic PPO (Schulman et al. 2017, arXiv:1707.06347), docs/algorithms.md section 2.
 
 This class is also the shared algorithm core: Outer-PPO and HP3O subclass it
 and override only the part where their paper differs (the update).
@@ -113,7 +113,7 @@ class PPO:
         return stats
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """PPO's inner loop: E epochs over the same rollout batch (spec section 2)."""
+        """PPO's inner loop: E epochs over the same rollout batch (docs/algorithms.md section 2)."""
         return self.run_epochs((batch for _epoch in range(self.cfg.update_epochs)), optimizer)
 
     def num_minibatches(self, num_samples: int) -> int:

@@ -368,7 +368,6 @@ def report(tune: str, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     rows = study_rows(tune)
     base = rows[0]["study"].user_attrs.get("base", {}) if rows else {}
@@ -389,36 +388,48 @@ def report(tune: str, out: Path) -> None:
 
     for row in rows:
         complete = [t for t in row["study"].trials if t.state == optuna.trial.TrialState.COMPLETE]
-        keys = list(row["study"].user_attrs.get("base", {}).get("search_space", {}))
-        if not complete or not keys:
-            continue
-        fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys), 2.6), sharey=True, squeeze=False)
-        values = [t.value for t in complete]
-        for ax, key in zip(axes[0], keys):
-            xs = [t.params[key] for t in complete]
-            categorical = any(isinstance(x, str) for x in xs)
-            positions = [sorted(set(map(str, xs))).index(str(x)) for x in xs] if categorical else xs
-            default = [t for t in complete if t.user_attrs.get("defaults")]
-            ax.scatter(positions, values, s=18, color="#4477AA", alpha=0.8)
-            if default:
-                x0 = default[0].params[key]
-                ax.scatter([sorted(set(map(str, xs))).index(str(x0)) if categorical else x0], [default[0].value],
-                           s=60, facecolors="none", edgecolors="black", label="before tuning")
-            spec = base.get("search_space", {}).get(key, {}) if row is rows[0] else \
-                row["study"].user_attrs["base"]["search_space"][key]
-            if spec.get("log") and not categorical:
-                ax.set_xscale("log")
-            if categorical:
-                ax.set_xticks(range(len(set(map(str, xs)))), sorted(set(map(str, xs))), fontsize=7)
-            ax.set_xlabel(key.split(".")[-1], fontsize=8)
-            ax.tick_params(labelsize=7)
-        axes[0][0].set_ylabel("normalised AUC", fontsize=8)
-        axes[0][0].legend(fontsize=7, loc="lower left")
-        fig.suptitle(f"{tune}: {row['preset']}, {len(complete)} trials (objective vs each value)", fontsize=9)
-        fig.tight_layout()
-        for suffix in ("png", "svg"):
-            fig.savefig(out / f"{tune}_{row['preset']}_sensitivity.{suffix}", dpi=120)
-        plt.close(fig)
+        space = row["study"].user_attrs.get("base", {}).get("search_space", {})
+        if complete and space:
+            sensitivity_figure(tune, row, complete, space, out)
+
+
+def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: Path) -> None:
+    """Objective against each tuned value: every trial, the preset before tuning (ring) and the best (star)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    fig, axes = plt.subplots(1, len(space), figsize=(2.7 * len(space), 2.7), sharey=True, squeeze=False)
+    values = [t.value for t in complete]
+    before = [t for t in complete if t.user_attrs.get("defaults")]
+    best = max(complete, key=lambda t: t.value)
+    for ax, (key, spec) in zip(axes[0], space.items()):
+        choices = spec.get("choices")
+
+        def position(value, choices=choices):
+            return choices.index(value) if choices else value
+
+        ax.scatter([position(t.params[key]) for t in complete], values, s=18, color="#4477AA", alpha=0.8,
+                   label="trial")
+        if before:
+            ax.scatter([position(before[0].params[key])], [before[0].value], s=70, facecolors="none",
+                       edgecolors="black", label="before tuning")
+        ax.scatter([position(best.params[key])], [best.value], s=90, marker="*", color="#EE6677", label="best")
+        if choices:
+            ax.set_xticks(range(len(choices)), [yaml_scalar(c) for c in choices], fontsize=7)
+            ax.set_xlim(-0.5, len(choices) - 0.5)
+        elif spec.get("log"):
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(key.split(".")[-1], fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("normalised AUC (tuning tasks)", fontsize=8)
+    axes[0][0].legend(fontsize=6, loc="best")
+    fig.suptitle(f"{tune}: {row['preset']}, {len(complete)} trials - objective against each tuned value", fontsize=9)
+    fig.tight_layout()
+    for suffix in ("png", "svg"):
+        fig.savefig(out / f"{tune}_{row['preset']}_sensitivity.{suffix}", dpi=120)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -139,7 +139,7 @@ def _momentum_only_on_sgd(block) -> bool:
     return block.get("momentum") == 0 and block.get("nesterov") is False
 
 
-# Outer-PPO (spec section 3). The outer lr may be 0: the behaviour parameters then
+# Outer-PPO (docs/algorithms.md section 3). The outer lr may be 0: the behaviour parameters then
 # never move (a diagnostic setting and a test case), so it is allowed on purpose.
 OUTER_PPO_RULES: list[Rule] = [
     name("algo.name"),
@@ -152,7 +152,7 @@ OUTER_PPO_RULES: list[Rule] = [
     positive_int("algo.inner_epochs"),
 ]
 
-# HP3O / HP3O+ (spec section 4). k <= buffer_size and steps_per_batch >= k are
+# HP3O / HP3O+ (docs/algorithms.md section 4). k <= buffer_size and steps_per_batch >= k are
 # checked in _hp3o_cross_checks (they relate two keys).
 HP3O_RULES: list[Rule] = [
     positive_int("algo.buffer_size"),

@@ -1,4 +1,4 @@
-"""HP3O / HP3O+ (spec section 4): trajectory buffer, stitching, hybrid batches, targets, presets."""
+"""HP3O / HP3O+ (docs/algorithms.md section 4): trajectory buffer, stitching, hybrid batches, targets, presets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outer-PPO (spec section 3): the identity with PPO, the outer step, the variants, state, presets.
+"""Outer-PPO (docs/algorithms.md section 3): the identity with PPO, the outer step, the variants, state, presets.
 
 Fast by construction: short rollouts, one eval episode, no TensorBoard. Tests
 that need a learning signal use the real trainer; tests of the outer machinery

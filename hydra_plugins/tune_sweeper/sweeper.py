@@ -53,11 +53,13 @@ class TuneSweeper(Sweeper):
         if swept:
             raise SystemExit(f"config error: hydra/sweeper=tune tunes one preset; it takes no sweep overrides "
                              f"(got {', '.join(swept)}): run one tuning command per preset")
-        preset = self.config.algo.name
-        if preset not in self.search_spaces:
+        preset, study_name = self.config.algo.name, self.settings["study_name"]
+        # A study of its own name (e.g. one inner-loop form of a preset) may have a space of its own.
+        space_name = study_name if study_name in self.search_spaces else preset
+        if space_name not in self.search_spaces:
             raise SystemExit(f"config error: no search space for algo={preset} in hydra.sweeper.search_spaces "
                              f"(have: {', '.join(sorted(self.search_spaces))})")
-        study = TuningStudy(config=self.config, search_space=self.search_spaces[preset],
+        study = TuningStudy(config=self.config, search_space=self.search_spaces[space_name],
                             sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
         job_index = 0
         while True:
