@@ -107,7 +107,29 @@ def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monk
             assert cfg.algo.lr == 7.5e-4 and cfg.algo.update_epochs == 6
             assert cfg.algo.outer_optimizer.lr == 0.02 and cfg.algo.inner_loop == "ppo"
         cfg = compose(config_name="config", overrides=["env=HalfCheetah", "algo=outer_ppo"])
-        assert cfg.algo.lr == 3e-4 and cfg.algo.outer_optimizer.lr != 0.02  # another family: untouched
+        assert cfg.algo.lr != 7.5e-4 and cfg.algo.outer_optimizer.lr != 0.02  # another family: untouched
     text = (conf / "tuned" / "classic.yaml").read_text()
     assert "# tuned: study outer_ppo in" in text and "best of 2 trials (trial 1, normalised AUC 0.3000" in text
     assert "  outer_lr: 0.02\n" in text
+
+
+def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path, monkeypatch):
+    (tmp_path / "results" / "tuning").mkdir(parents=True)
+    storage = f"sqlite:///{tmp_path}/results/tuning/mujoco.db"
+    monkeypatch.setattr(tuning, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(tuning, "_studies_cache", {})
+    for name, params in [("ppo", {"env.hparams.lr": 0.001431}), ("hp3o", {"env.tuned.hp3o.buffer_size": 40})]:
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+        study.set_user_attr("base", {"tasks": ["HalfCheetah", "Hopper"], "seeds": [1000], "total_steps": 100000})
+        dists = {k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.2))
+
+    def config(lr, buffer_size, algo="hp3o"):
+        return {"env": {"family": "mujoco", "hparams": {"lr": lr}, "tuned": {"hp3o": {"buffer_size": buffer_size}}},
+                "algo": {"name": algo}}
+
+    text, tasks = tuning.study_provenance(config(0.0014306, 40))  # as written to conf/ (4 significant digits)
+    assert text == "1 trials x 2 tasks x 1 seed x 100k steps" and tasks == ("HalfCheetah", "Hopper")
+    assert tuning.study_provenance(config(3e-4, 40)) is None  # PPO's core untuned: the variant is not "tuned"
+    assert tuning.study_provenance(config(0.001431, 20)) is None
+    assert tuning.study_provenance(config(0.001431, 40, algo="hp3o_plus")) is None  # no study of its own
