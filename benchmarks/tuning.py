@@ -106,6 +106,12 @@ class TuningStudy:
         if storage.startswith("sqlite:///"):
             Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        defaults = {key: OmegaConf.select(config, key) for key in self.space}
+        outside = [f"{key}={value}" for key, value in defaults.items() if not within(self.space[key], value)]
+        new_study = study_name not in optuna.get_all_study_names(storage=storage)
+        if enqueue_defaults and new_study and outside:  # checked before anything is stored: a refused start leaves no study
+            raise SystemExit(f"config error: the preset's current values lie outside the search space "
+                             f"({', '.join(outside)}): widen it, or set enqueue_defaults=false")
         self.study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
                                          load_if_exists=True)
         # What the trials are tuned on top of: PPO's core for the family. A rerun with other
@@ -117,11 +123,6 @@ class TuningStudy:
         if stored is None:
             self.study.set_user_attr("base", base)
             if enqueue_defaults and not self.study.trials:
-                defaults = {key: OmegaConf.select(config, key) for key in self.space}
-                outside = [f"{key}={value}" for key, value in defaults.items() if not within(self.space[key], value)]
-                if outside:
-                    raise SystemExit(f"config error: the preset's current values lie outside the search space "
-                                     f"({', '.join(outside)}): widen it, or set enqueue_defaults=false")
                 self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
         elif json.dumps(stored, sort_keys=True) != json.dumps(base, sort_keys=True):
             changed = sorted(k for k in base if json.dumps(base[k], sort_keys=True) != json.dumps(stored.get(k),
