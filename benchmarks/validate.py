@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,15 +17,18 @@ def _is_int(value) -> bool:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (inf and nan are refused wherever a number is read)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # A rule: (key, check(value) -> bool, allowed-range text)
 Rule = tuple[str, Callable[[Any], bool], str]
 
 
-def positive_int(key: str, minimum: int = 1) -> Rule:
-    return key, lambda v: _is_int(v) and v >= minimum, f"an integer >= {minimum}"
+def positive_int(key: str, minimum: int = 1, maximum: int | None = None) -> Rule:
+    if maximum is None:
+        return key, lambda v: _is_int(v) and v >= minimum, f"an integer >= {minimum}"
+    return key, lambda v: _is_int(v) and minimum <= v <= maximum, f"an integer in [{minimum}, {maximum}]"
 
 
 def positive_number(key: str) -> Rule:
@@ -61,12 +65,12 @@ def number(key: str) -> Rule:
 
 
 COMMON_RULES: list[Rule] = [
-    positive_int("seed", minimum=0),
+    positive_int("seed", minimum=0, maximum=2**32 - 1),  # numpy's and Gymnasium's seed range
     positive_int("total_steps"),
     one_of("device", ["cpu"]),
     positive_int("torch_threads"),
     positive_int("eval.every_steps"),
-    positive_int("eval.episodes"),
+    positive_int("eval.episodes", maximum=10_000),
     boolean("eval.at_start"),
     boolean("logging.tensorboard"),
     boolean("logging.progress_bar"),

@@ -41,8 +41,14 @@ def test_every_key_of_every_config_has_a_rule_and_every_shipped_config_passes(al
 
 
 BAD_CONFIGS = [
+    (["algo.lr=inf"], "algo.lr must be a number > 0, got inf"),
+    (["algo.clip_coef=inf"], "algo.clip_coef must be a number > 0, got inf"),
+    (["algo.max_grad_norm=nan"], "algo.max_grad_norm must be a number > 0, got nan"),
+    (["env.obs_clip=inf"], "env.obs_clip must be a number > 0, got inf"),
+    (["eval.episodes=1000000000"], "eval.episodes must be an integer in [1, 10000], got 1000000000"),
+    (["seed=99999999999"], "seed must be an integer in [0, 4294967295], got 99999999999"),
     (["logging.checkpoint_every_steps=0"], "logging.checkpoint_every_steps must be an integer >= 1, got 0"),
-    (["eval.episodes=0"], "eval.episodes must be an integer >= 1, got 0"),
+    (["eval.episodes=0"], "eval.episodes must be an integer in [1, 10000], got 0"),
     (["eval.every_steps=-5"], "eval.every_steps must be an integer >= 1, got -5"),
     (["torch_threads=0"], "torch_threads must be an integer >= 1, got 0"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
