@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.logger import read_csv_complete_rows
@@ -433,6 +434,41 @@ def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: P
     plt.close(fig)
 
 
+# ---------------------------------------------------------------------------
+# transfer: did tuning help at the final evaluation's budget? (tuned suite vs the same suite untuned)
+# ---------------------------------------------------------------------------
+
+
+def transfer_table(tuned_root: Path, untuned_root: Path) -> pd.DataFrame:
+    """Per preset: final return of the tuned and the untuned suite per task, and P(tuned > untuned) over tasks."""
+    from benchmarks.report import eval_curves, probability_of_improvement
+    from benchmarks.runs import load_runs
+
+    def finals(root: Path) -> dict:
+        grouped: dict = {}
+        for run in load_runs(root):
+            grouped.setdefault((run["algo"], run["env"]), []).append(run)
+        return {key: eval_curves(sorted(group, key=lambda r: r["seed"])).iloc[-1].to_numpy()
+                for key, group in grouped.items()}
+
+    tuned, untuned = finals(tuned_root), finals(untuned_root)
+    rows = []
+    for algo in dict.fromkeys(a for a, _ in tuned):
+        tasks = sorted(t for a, t in tuned if a == algo and (algo, t) in untuned
+                       and min(len(tuned[(a, t)]), len(untuned[(a, t)])) >= 3)
+        if not tasks:
+            continue
+        seeds = min(min(len(tuned[(algo, t)]), len(untuned[(algo, t)])) for t in tasks)
+        ours = np.stack([tuned[(algo, t)][:seeds] for t in tasks], axis=1)
+        before = np.stack([untuned[(algo, t)][:seeds] for t in tasks], axis=1)
+        point, low, high = probability_of_improvement(ours, before)
+        rows.append({"preset": algo, "seeds": seeds,
+                     **{f"{t} untuned -> tuned": f"{b:.0f} -> {o:.0f}" for t, o, b in
+                        zip(tasks, ours.mean(axis=0), before.mean(axis=0))},
+                     "P(tuned > untuned) [95% CI]": f"{point:.2f} [{low:.2f}, {high:.2f}]"})
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -443,8 +479,22 @@ def main(argv: list[str] | None = None) -> None:
     show = commands.add_parser("report", help="table and sensitivity figures of every study of a tuning config")
     show.add_argument("--tune", required=True)
     show.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "tuning")
+    transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
+    transfer.add_argument("--tuned", type=Path, required=True)
+    transfer.add_argument("--untuned", type=Path, required=True)
+    transfer.add_argument("--out", type=Path, required=True, help="markdown file to write")
     args = parser.parse_args(argv)
-    if args.command == "apply":
+    if args.command == "transfer":
+        table = transfer_table(args.tuned, args.untuned)
+        text = (f"# Did tuning help at the final budget?\n\nFinal evaluation return (mean over the first k seeds both "
+                f"suites have), tuned suite {args.tuned} against untuned suite {args.untuned}; P(tuned > untuned) is "
+                f"rliable's probability of improvement over tasks with a 95% stratified-bootstrap CI. Table by "
+                f"`python -m benchmarks.tuning transfer --tuned {args.tuned} --untuned {args.untuned} "
+                f"--out {args.out}`.\n\n" + table.to_markdown(index=False) + "\n")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(text)
+    elif args.command == "apply":
         for algo in args.algo:
             apply_best(args.tune, algo, args.storage)
     else:
