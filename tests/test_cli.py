@@ -28,7 +28,7 @@ def run_cli(*overrides, cwd=ROOT):
         (["algo.gamma=1.5"], "config error: algo.gamma must be a number in (0, 1], got 1.5"),
         (["algo.anneal_lr=yes"], "config error: algo.anneal_lr must be true or false, got 'yes'"),
         (["env.num_envs=0"], "config error: env.num_envs must be an integer >= 1, got 0"),
-        (["seed=-1"], "config error: seed must be an integer >= 0, got -1"),
+        (["seed=-1"], "config error: seed must be an integer in [0, 4294967295], got -1"),
         (["device=tpu"], "config error: device must be one of cpu, got 'tpu'"),
     ],
 )
@@ -69,3 +69,12 @@ def test_tensorboard_event_file_is_written(tmp_path):
     result = run_cli("total_steps=512", "eval.episodes=1", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "tb").glob("events.out.tfevents*"))
+
+
+def test_a_measured_result_for_the_preset_and_family_is_said_at_the_start(tmp_path):
+    """conf/tuned/<family>.yaml may hold a known_result per preset: the run prints it before training."""
+    result = run_cli("algo=hp3o", "+env.tuned.hp3o.known_result='did not learn in 16 trials (study hp3o)'",
+                     "total_steps=512", "eval.episodes=1", "logging.tensorboard=false", "logging.progress_bar=false",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert "note: hp3o on the classic family: did not learn in 16 trials (study hp3o)" in result.stderr.splitlines()
