@@ -117,7 +117,9 @@ class TuningStudy:
                                          load_if_exists=True)
         # What the trials are tuned on top of: PPO's core for the family. A rerun with other
         # values would mix two baselines in one study.
-        base = {"env.hparams": OmegaConf.to_container(config.env.hparams, resolve=True),
+        core = {key: value for key, value in OmegaConf.to_container(config.env.hparams, resolve=True).items()
+                if f"env.hparams.{key}" not in self.space}  # the values searched are no baseline
+        base = {"env.hparams": core,
                 "tasks": list(tasks), "seeds": list(seeds), "total_steps": int(config.total_steps),
                 "search_space": search_space}
         stored = self.study.user_attrs.get("base")
