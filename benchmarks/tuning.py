@@ -205,7 +205,7 @@ class TuningStudy:
 
 
 def tune_config(tune: str) -> dict:
-    """conf/tune/<tune>.yaml's sweeper settings (storage, tasks, families the result applies to)."""
+    """conf/tune/<tune>.yaml's settings (storage, tasks, the values file the result is written to)."""
     config = OmegaConf.load(PROJECT_ROOT / "conf" / "tune" / f"{tune}.yaml")
     return OmegaConf.to_container(config, resolve=False)
 
@@ -217,24 +217,44 @@ def load_study(storage: str, study_name: str):
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
-def set_yaml_value(path: Path, block: str, key: str, value: Any) -> None:
-    """Replace `key: old` inside the top-level `block:` of a plain two-level YAML file, keeping its comments."""
+def find_key_line(lines: list[str], dotted: list[str]) -> int:
+    """Index of the line holding the last key of `dotted` in a plain block-style YAML file (2-space indents)."""
+    low, high = 0, len(lines)
+    for depth, part in enumerate(dotted):
+        pattern = re.compile(rf"^{' ' * 2 * depth}{re.escape(part)}:(\s|$)")
+        try:
+            found = next(i for i in range(low, high) if pattern.match(lines[i]))
+        except StopIteration:
+            raise KeyError(f"no key {'.'.join(dotted[:depth + 1])}") from None
+        # the block of this key ends at the next line indented as much or less (comments aside)
+        low, high = found + 1, next((i for i in range(found + 1, high) if lines[i].strip()
+                                     and not lines[i].lstrip().startswith("#")
+                                     and len(lines[i]) - len(lines[i].lstrip()) <= 2 * depth), high)
+    return found
+
+
+def set_yaml_value(path: Path, dotted: str, value: Any) -> None:
+    """Replace the value at `dotted` (e.g. tuned.outer_ppo.outer_lr) in a YAML file, keeping comments."""
     lines = path.read_text().splitlines(keepends=True)
     try:
-        start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(block)}:\s*(#.*)?$", line))
-    except StopIteration:
-        raise KeyError(f"{path}: no top-level block {block!r}") from None
-    for i in range(start + 1, len(lines)):
-        line = lines[i]
-        if line.strip() and not line.startswith((" ", "#")):
-            break  # the next top-level key: the block ended without this key
-        match = re.match(rf"^(\s+{re.escape(key)}:\s*)([^#\n]*?)(\s*#.*)?\n?$", line)
-        if match:
-            comment = match.group(3) or ""
-            lines[i] = f"{match.group(1)}{yaml_scalar(value)}{comment}\n"
-            path.write_text("".join(lines))
-            return
-    raise KeyError(f"{path}: block {block!r} has no key {key!r}")
+        index = find_key_line(lines, dotted.split("."))
+    except KeyError as error:
+        raise KeyError(f"{path}: {error.args[0]}") from None
+    match = re.match(r"^(\s*[^:#]+:\s*)([^#\n]*?)(\s*#.*)?\n?$", lines[index])
+    lines[index] = f"{match.group(1)}{yaml_scalar(value)}{match.group(3) or ''}\n"
+    path.write_text("".join(lines))
+
+
+def set_provenance(path: Path, dotted: str, text: str) -> None:
+    """One `# tuned: ...` comment line directly above the block `dotted`, replaced on every apply."""
+    lines = path.read_text().splitlines(keepends=True)
+    index = find_key_line(lines, dotted.split("."))
+    indent = " " * (2 * dotted.count("."))
+    if index > 0 and lines[index - 1].strip().startswith("# tuned:"):
+        lines[index - 1] = f"{indent}# tuned: {text}\n"
+    else:
+        lines.insert(index, f"{indent}# tuned: {text}\n")
+    path.write_text("".join(lines))
 
 
 def yaml_scalar(value: Any) -> str:
@@ -255,41 +275,31 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
-def set_provenance(path: Path, block: str, text: str) -> None:
-    """One `# tuned: ...` line directly above `block:`, replaced on every apply."""
-    lines = path.read_text().splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(block)}:", line))
-    if start > 0 and lines[start - 1].startswith("# tuned:"):
-        lines[start - 1] = f"# tuned: {text}\n"
-    else:
-        lines.insert(start, f"# tuned: {text}\n")
-    path.write_text("".join(lines))
-
-
 def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
-    """Write the best trial's values of study `algo` into the config files the presets read them from."""
+    """Write the best trial's values of study `algo` into the tuning's values file (hydra.sweeper.values_file).
+
+    That file is a config of the `tuning` group (package env): `python run.py ... +tuning=<name>` runs
+    with every value it holds; conf/env_family/<family>.yaml can list it to make it the family default.
+    """
     sweeper = tune_config(tune)["hydra"]["sweeper"]
-    storage, families = storage or sweeper["storage"], sweeper["families"]
+    storage = storage or sweeper["storage"]
+    path = PROJECT_ROOT / sweeper["values_file"]
     study = load_study(storage, algo)
     best = study.best_trial
     finished = sum(t.state.is_finished() for t in study.trials)
     provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
                   f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
                   f"--tune {tune} --algo {algo})")
+    blocks = set()
     for key, value in best.params.items():
         parts = key.split(".")
-        if parts[:2] == ["env", "hparams"]:
-            for family in families:
-                path = PROJECT_ROOT / "conf" / "env_family" / f"{family}.yaml"
-                set_yaml_value(path, "hparams", parts[2], value)
-                set_provenance(path, "hparams", provenance)
-        elif parts[:2] == ["env", "tuned"]:
-            path = PROJECT_ROOT / "conf" / "tuned" / f"{tune}.yaml"
-            set_yaml_value(path, parts[2], parts[3], value)
-            set_provenance(path, parts[2], provenance)
-        else:
+        if parts[0] != "env" or parts[1] not in ("hparams", "tuned"):
             raise ValueError(f"{key}: tuned values live under env.hparams or env.tuned, not elsewhere")
-    print(f"applied {algo}: {best.params} ({provenance})")
+        set_yaml_value(path, ".".join(parts[1:]), value)
+        blocks.add(".".join(parts[1:-1]))
+    for block in sorted(blocks):
+        set_provenance(path, block, provenance)
+    print(f"applied {algo} to {sweeper['values_file']}: {best.params} ({provenance})")
     return best.params
 
 

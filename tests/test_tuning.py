@@ -94,7 +94,7 @@ def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monk
         for values, objective in [(worse, 0.1), (params, 0.3)]:  # the second trial is the best
             study.add_trial(optuna.trial.create_trial(params=values, distributions=dists, value=objective))
     monkeypatch.setattr(tuning, "tune_config", lambda tune: {"hydra": {"sweeper": {
-        "storage": storage, "families": ["classic", "classic_continuous"]}}})
+        "storage": storage, "values_file": "conf/tuning/classic_100k.yaml"}}})
     tuning.main(["apply", "--tune", "classic", "--algo", "ppo", "outer_ppo"])
 
     from hydra import compose, initialize_config_dir
@@ -102,15 +102,15 @@ def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monk
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        for env in ("CartPole", "Pendulum"):  # both classic families
-            cfg = compose(config_name="config", overrides=[f"env={env}", "algo=outer_ppo"])
+        for env in ("CartPole", "Pendulum"):  # both classic families, with +tuning=classic_100k
+            cfg = compose(config_name="config", overrides=[f"env={env}", "algo=outer_ppo", "+tuning=classic_100k"])
             assert cfg.algo.lr == 7.5e-4 and cfg.algo.update_epochs == 6
             assert cfg.algo.outer_optimizer.lr == 0.02 and cfg.algo.inner_loop == "ppo"
-        cfg = compose(config_name="config", overrides=["env=HalfCheetah", "algo=outer_ppo"])
-        assert cfg.algo.lr != 7.5e-4 and cfg.algo.outer_optimizer.lr != 0.02  # another family: untouched
-    text = (conf / "tuned" / "classic.yaml").read_text()
-    assert "# tuned: study outer_ppo in" in text and "best of 2 trials (trial 1, normalised AUC 0.3000" in text
-    assert "  outer_lr: 0.02\n" in text
+        cfg = compose(config_name="config", overrides=["env=CartPole", "algo=outer_ppo"])
+        assert cfg.algo.lr == 2.5e-4 and cfg.algo.outer_optimizer.lr == 1e-3  # the defaults stay as they were
+    text = (conf / "tuning" / "classic_100k.yaml").read_text()
+    assert "  # tuned: study outer_ppo in" in text and "best of 2 trials (trial 1, normalised AUC 0.3000" in text
+    assert "    outer_lr: 0.02\n" in text and "  lr: 0.00075\n" in text
 
 
 def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path, monkeypatch):

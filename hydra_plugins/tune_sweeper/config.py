@@ -19,8 +19,9 @@ class TuneSweeperConf:
     tasks: List[str] = field(default_factory=lambda: ["CartPole"])  # env=... of each run of a trial
     seeds: List[int] = field(default_factory=lambda: [1000])         # tuning seeds (final evaluation uses others)
     enqueue_defaults: bool = True  # trial 0 = the preset's current values, so tuning never loses to them
-    # The env_family files that stage 1's PPO values are written to (benchmarks.tuning apply).
-    families: List[str] = field(default_factory=list)
+    # Where `python -m benchmarks.tuning apply` writes the best values: a config of the `tuning`
+    # group (conf/tuning/<name>.yaml, package env), used with +tuning=<name>.
+    values_file: str = "???"
     # preset name -> {override key: {low, high, log} | {low, high, int: true} | {choices: [...]}}
     search_spaces: Dict[str, Any] = field(default_factory=dict)
 

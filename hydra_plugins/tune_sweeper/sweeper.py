@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class TuneSweeper(Sweeper):
     def __init__(self, storage: str, study_name: str, n_trials: int, trials_per_batch: int, sampler_seed: int,
-                 n_startup_trials: int, tasks: list, seeds: list, enqueue_defaults: bool, families: list, search_spaces: Any):
+                 n_startup_trials: int, tasks: list, seeds: list, enqueue_defaults: bool, values_file: str, search_spaces: Any):
         self.settings = dict(storage=storage, study_name=study_name, n_trials=n_trials,
                              trials_per_batch=trials_per_batch, sampler_seed=sampler_seed,
                              n_startup_trials=n_startup_trials, tasks=list(tasks), seeds=list(seeds),
