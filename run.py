@@ -45,6 +45,11 @@ def main(cfg: DictConfig) -> float | None:
         return finished["final_eval_return_mean"]
     log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
              cfg.total_steps, run_dir)
+    rollout = cfg.env.num_envs * cfg.env.num_steps
+    trained_steps = cfg.total_steps // rollout * rollout
+    if trained_steps != cfg.total_steps:  # the budget is whole iterations
+        print(f"note: total_steps={cfg.total_steps} trains {trained_steps} env steps ({trained_steps // rollout} "
+              f"iterations of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
     # A measured result the user should know before spending the compute (conf/tuned/<family>.yaml).
     known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
     if known_result:

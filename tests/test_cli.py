@@ -78,3 +78,10 @@ def test_a_measured_result_for_the_preset_and_family_is_said_at_the_start(tmp_pa
                      f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr
     assert "note: hp3o on the classic family: did not learn in 16 trials (study hp3o)" in result.stderr.splitlines()
+
+
+def test_a_budget_that_is_not_whole_iterations_says_what_it_trains(tmp_path):
+    result = run_cli("env=Pendulum", "total_steps=3000", "eval.episodes=1", "eval.at_start=false",
+                     "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert "note: total_steps=3000 trains 2048 env steps (1 iteration(s) of 4 envs x 512 steps)" in result.stderr
