@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> float | None:
     trained_steps = cfg.total_steps // rollout * rollout
     if trained_steps != cfg.total_steps:  # the budget is whole iterations
         print(f"note: total_steps={cfg.total_steps} trains {trained_steps} env steps ({trained_steps // rollout} "
-              f"iterations of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
+              f"iteration(s) of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
     # A measured result the user should know before spending the compute (conf/tuned/<family>.yaml).
     known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
     if known_result:
