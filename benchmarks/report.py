@@ -188,6 +188,23 @@ def save_figure(fig, stem: Path) -> list[Path]:
     return paths
 
 
+# One colour and marker per algorithm in every figure the suite makes (Paul Tol's colour-blind-safe
+# "bright" scheme); PPO, the reference, is black. Presets not listed get grey.
+ALGO_STYLE = {
+    "ppo": ("#000000", "o"),
+    "outer_ppo": ("#EE6677", "s"),
+    "outer_ppo_lr": ("#4477AA", "^"),
+    "outer_ppo_nesterov": ("#228833", "v"),
+    "outer_ppo_biased": ("#CCBB44", "D"),
+    "hp3o": ("#66CCEE", "P"),
+    "hp3o_plus": ("#AA3377", "X"),
+}
+
+
+def algo_color(algo: str) -> str:
+    return ALGO_STYLE.get(algo, ("#BBBBBB", "."))[0]
+
+
 def _format_steps(steps: float, _position) -> str:
     return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
 
@@ -205,8 +222,9 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
             curves = eval_curves(group)
             mean = curves.mean(axis=1)
             low, high = bootstrap_mean_ci(curves.to_numpy().T)
-            style = {"color": "black", "linewidth": 2.0} if algo == "ppo" else {"linewidth": 1.4}
-            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} (n={curves.shape[1]})", **style)
+            color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} (n={curves.shape[1]})", color=color,
+                            marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
             ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
         ax.set_title(f"{env}: evaluation return (mean, 95% bootstrap CI over seeds)", fontsize=10)
         ax.set_xlabel("environment steps")
@@ -336,9 +354,10 @@ def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Pat
     """Training wall time per env step per algorithm, one group of bars per task."""
     import matplotlib.pyplot as plt
 
-    pivot = table.pivot(index="algo", columns="task", values="us_per_step")
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(pivot) + 2), 3.6))
-    pivot.plot.bar(ax=ax, rot=30)
+    pivot = table.pivot(index="task", columns="algo", values="us_per_step")  # bars coloured by algorithm
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(pivot.columns) + 2), 3.6))
+    pivot.plot.bar(ax=ax, rot=0, color=[algo_color(algo) for algo in pivot.columns])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_ylabel("training wall time per env step (us)")
     ax.set_xlabel("")
     ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.throughput)", fontsize=9)
