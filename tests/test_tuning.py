@@ -133,3 +133,13 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
     assert tuning.study_provenance(config(3e-4, 40)) is None  # PPO's core untuned: the variant is not "tuned"
     assert tuning.study_provenance(config(0.001431, 20)) is None
     assert tuning.study_provenance(config(0.001431, 40, algo="hp3o_plus")) is None  # no study of its own
+
+
+def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
+    """The Slurm path, locally: each run of a trial is a submitit job in a fresh process."""
+    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1", "hydra/launcher=submitit_local"),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
+    assert (tmp_path / "runs" / "trial000" / "CartPole" / "seed1000" / "eval.csv").exists()
