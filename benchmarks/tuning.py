@@ -84,6 +84,12 @@ def within(dist, value) -> bool:
     return isinstance(value, (int, float)) and dist.low <= value <= dist.high
 
 
+def optuna_complete():
+    import optuna
+
+    return optuna.trial.TrialState.COMPLETE
+
+
 def override_value(value: Any) -> str:
     """A Hydra override value that parses back to the same number or string."""
     if isinstance(value, float):
@@ -132,7 +138,10 @@ class TuningStudy:
                                                                                                  sort_keys=True))
             raise SystemExit(f"config error: study {study_name} in {storage} was started with other "
                              f"{', '.join(changed)}: give it another study_name or storage")
-        # Trials left running by a killed sweep are run again with their own values (their runs resume).
+        # Trials left running by a killed tuning command are run again with their own values (their runs
+        # resume from checkpoints). So one tuning command per study at a time: a second would take the
+        # first's running trials for stale. Optuna offers no public handle on a stored running trial
+        # other than Trial(study, trial_id); the id is FrozenTrial's _trial_id.
         import optuna.trial
 
         self.stale = [optuna.trial.Trial(self.study, t._trial_id) for t in self.study.trials
@@ -194,6 +203,9 @@ class TuningStudy:
               f"({', '.join(f'{k} {v:.3f}' for k, v in scores.items())}) with {trial.params}")
 
     def log_summary(self) -> None:
+        if not any(t.state == optuna_complete() for t in self.study.trials):
+            print(f"study {self.study.study_name}: {self.finished()} trials finished, none complete")
+            return
         best = self.study.best_trial
         print(f"study {self.study.study_name}: {self.finished()} trials finished; best trial {best.number}: "
               f"normalised AUC {best.value:.4f} with {best.params}")
