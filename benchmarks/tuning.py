@@ -84,12 +84,6 @@ def within(dist, value) -> bool:
     return isinstance(value, (int, float)) and dist.low <= value <= dist.high
 
 
-def optuna_complete():
-    import optuna
-
-    return optuna.trial.TrialState.COMPLETE
-
-
 def override_value(value: Any) -> str:
     """A Hydra override value that parses back to the same number or string."""
     if isinstance(value, float):
@@ -203,7 +197,9 @@ class TuningStudy:
               f"({', '.join(f'{k} {v:.3f}' for k, v in scores.items())}) with {trial.params}")
 
     def log_summary(self) -> None:
-        if not any(t.state == optuna_complete() for t in self.study.trials):
+        import optuna
+
+        if not any(t.state == optuna.trial.TrialState.COMPLETE for t in self.study.trials):
             print(f"study {self.study.study_name}: {self.finished()} trials finished, none complete")
             return
         best = self.study.best_trial
