@@ -31,6 +31,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.logger import read_csv_complete_rows
+from benchmarks.validate import get_dotted
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -337,7 +338,10 @@ def study_provenance(config: dict) -> tuple[str, tuple] | None:
             params = study.best_trial.params
         except ValueError:  # no complete trial
             return False
-        return all(same_value(value, _select(config, key)) for key, value in params.items())
+        try:
+            return all(same_value(value, get_dotted(config, key)) for key, value in params.items())
+        except KeyError:  # a key the run's config does not have: it did not use this study
+            return False
 
     studies = [cached[name] for name in ("ppo", preset) if name in cached]
     if preset not in cached or not all(used_best(study) for study in studies):
@@ -350,15 +354,6 @@ def study_provenance(config: dict) -> tuple[str, tuple] | None:
 
 
 _studies_cache: dict = {}
-
-
-def _select(config: dict, dotted: str):
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 # ---------------------------------------------------------------------------

@@ -181,7 +181,8 @@ ENV_HPARAM_RULES: dict[str, Rule] = {
 ALGORITHM_RULES: dict[str, list[Rule]] = {"ppo": [], "outer_ppo": OUTER_PPO_RULES, "hp3o": HP3O_RULES}
 
 
-def _get(container: dict, dotted: str):
+def get_dotted(container: dict, dotted: str):
+    """container['a']['b'] for 'a.b'; KeyError if a part is missing."""
     node = container
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -204,7 +205,7 @@ def validate_config(cfg: DictConfig) -> None:
 
     for key, check, allowed in COMMON_RULES + PPO_RULES + ALGORITHM_RULES[kind]:
         try:
-            value = _get(data, key)
+            value = get_dotted(data, key)
         except KeyError:
             errors.append(f"{key} is missing (must be {allowed})")
             continue
