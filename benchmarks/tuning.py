@@ -214,9 +214,16 @@ class TuningStudy:
 
 
 def tune_config(tune: str) -> dict:
-    """conf/tune/<tune>.yaml's settings (storage, tasks, the values file the result is written to)."""
-    config = OmegaConf.load(PROJECT_ROOT / "conf" / "tune" / f"{tune}.yaml")
-    return OmegaConf.to_container(config, resolve=False)
+    """conf/tune/<tune>.yaml's settings (storage, tasks, the values file the result is written to).
+
+    Composed by Hydra as a tuning command composes them, so a round that extends another
+    (conf/tune/mujoco_300k.yaml includes mujoco.yaml) reads the same merged settings.
+    """
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base=None):
+        config = compose("config", overrides=["hydra/sweeper=tune", f"+tune={tune}"], return_hydra_config=True)
+    return {"hydra": {"sweeper": OmegaConf.to_container(config.hydra.sweeper, resolve=False)}}
 
 
 def load_study(storage: str, study_name: str):
@@ -315,15 +322,22 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
 def study_provenance(config: dict) -> tuple[str, tuple] | None:
     """(budget text, tuning tasks) of the study whose best values this run config used; None if untuned.
 
-    Studies are looked up in results/tuning/<family>.db of the run's task family (classic and
-    classic_continuous share classic.db); the run used them if every best value is the value
-    at the same key of its config (env.hparams.* for PPO's core, env.tuned.<preset>.* else).
+    Studies are looked up in the tuning rounds of the run's task family, results/tuning/<family>*.db
+    (mujoco.db, mujoco_300k.db; classic and classic_continuous share classic*.db); the run used a
+    round's study if every best value of it and of that round's PPO study is the value at the same
+    key of its config (env.hparams.* for PPO's core, env.tuned.<preset>.* else).
     """
     family = {"classic_continuous": "classic"}.get(config["env"]["family"], config["env"]["family"])
-    database = PROJECT_ROOT / "results" / "tuning" / f"{family}.db"
+    for database in sorted((PROJECT_ROOT / "results" / "tuning").glob(f"{family}*.db")):
+        found = round_provenance(database, config)
+        if found:
+            return found
+    return None
+
+
+def round_provenance(database: Path, config: dict) -> tuple[str, tuple] | None:
+    """study_provenance for the studies of one database (one tuning round)."""
     preset = config["algo"]["name"]
-    if not database.exists():
-        return None
     cached = _studies_cache.get(database)
     if cached is None:
         import optuna

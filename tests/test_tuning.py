@@ -118,9 +118,12 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
     storage = f"sqlite:///{tmp_path}/results/tuning/mujoco.db"
     monkeypatch.setattr(tuning, "PROJECT_ROOT", tmp_path)
     monkeypatch.setattr(tuning, "_studies_cache", {})
-    for name, params in [("ppo", {"env.hparams.lr": 0.001431}), ("hp3o", {"env.tuned.hp3o.buffer_size": 40})]:
+    second_round = f"sqlite:///{tmp_path}/results/tuning/mujoco_300k.db"
+    for storage, steps, name, params in [
+            (storage, 100000, "ppo", {"env.hparams.lr": 0.001431}), (storage, 100000, "hp3o", {"env.tuned.hp3o.buffer_size": 40}),
+            (second_round, 300000, "ppo", {"env.hparams.lr": 3e-4}), (second_round, 300000, "hp3o", {"env.tuned.hp3o.buffer_size": 10})]:
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-        study.set_user_attr("base", {"tasks": ["HalfCheetah", "Hopper"], "seeds": [1000], "total_steps": 100000})
+        study.set_user_attr("base", {"tasks": ["HalfCheetah", "Hopper"], "seeds": [1000], "total_steps": steps})
         dists = {k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.2))
 
@@ -133,6 +136,23 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
     assert tuning.study_provenance(config(3e-4, 40)) is None  # PPO's core untuned: the variant is not "tuned"
     assert tuning.study_provenance(config(0.001431, 20)) is None
     assert tuning.study_provenance(config(0.001431, 40, algo="hp3o_plus")) is None  # no study of its own
+    # a second tuning round of the family (results/tuning/mujoco_300k.db) is found as well
+    assert tuning.study_provenance(config(3e-4, 10))[0] == "1 trials x 2 tasks x 1 seed x 300k steps"
+    assert tuning.study_provenance(config(3e-4, 40)) is None  # the rounds' values are not mixed
+
+
+def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values():
+    first, second = (tuning.tune_config(name)["hydra"]["sweeper"] for name in ("mujoco", "mujoco_300k"))
+    assert second["search_spaces"] == first["search_spaces"] and second["tasks"] == first["tasks"]
+    assert (second["storage"], second["values_file"]) == ("sqlite:///results/tuning/mujoco_300k.db",
+                                                          "conf/tuning/mujoco_300k.yaml")
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["hydra/sweeper=tune", "+tune=mujoco_300k", "algo=outer_ppo"])
+    # trials run the final evaluation's budget, from the values of this round (the family defaults until applied)
+    assert cfg.total_steps == 300000 and cfg.eval.every_steps == 25000
+    assert cfg.algo.lr == 3e-4 and cfg.algo.outer_optimizer.lr == 1e-3
 
 
 def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
