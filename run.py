@@ -37,6 +37,8 @@ def main(cfg: DictConfig) -> float | None:
         train,
     )
 
+    if cfg.seeds is not None:
+        return main_batch(cfg, Path(HydraConfig.get().runtime.output_dir))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     finished = completed_summary(cfg, run_dir)
     if finished is not None:
@@ -82,6 +84,41 @@ def main(cfg: DictConfig) -> float | None:
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
+    """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/batch_trainer.py)."""
+    from benchmarks.batch_trainer import seed_config, seed_run_dirs, train_batch
+    from benchmarks.trainer import CheckpointError, NonFiniteError, TrainingInterrupted
+
+    seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
+    finals = {}
+    for seed, run_dir in zip(seeds, run_dirs):
+        finished = completed_summary(seed_config(cfg, seed), run_dir)
+        if finished is not None:
+            log.info("already complete, skipped: %s (final eval return %.2f)", run_dir,
+                     finished["final_eval_return_mean"])
+            finals[seed] = finished["final_eval_return_mean"]
+    todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
+    if todo:
+        log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
+                 [seed for seed, _ in todo], cfg.total_steps, job_dir.parent)
+        try:
+            summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
+        except TrainingInterrupted as interrupt:
+            print(f"interrupted: {job_dir.parent}: {interrupt}", file=sys.stderr)
+            sys.exit(128 + interrupt.signum)
+        except (NonFiniteError, CheckpointError) as error:
+            if HydraConfig.get().mode != RunMode.MULTIRUN:
+                print(f"error: {job_dir.parent}: {error}", file=sys.stderr)
+                sys.exit(1)
+            log.error("job failed: %s: %s", job_dir.parent, error)
+            return None
+        for summary in summaries:
+            finals[summary["seed"]] = summary["final_eval_return_mean"]
+            log.info("seed %d done in %.0f s; final eval return %.2f", summary["seed"], summary["wall_time_s"],
+                     summary["final_eval_return_mean"])
+    return sum(finals.values()) / len(finals) if finals else None
 
 
 def is_recorded_failure(run_dir: Path) -> bool:

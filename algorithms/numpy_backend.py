@@ -92,23 +92,35 @@ class NumpyActorCritic:
         self.parameters += [p for layer in policy.actor.layers for p in (layer.weight, layer.bias)]
         if not self.discrete:
             self.parameters.append(policy.actor_logstd)
+        self.num_critic_layers, self.num_actor_layers = len(policy.critic.layers), len(policy.actor.layers)
         # All parameters become views of one flat parameter, and all gradients views of one
         # flat gradient: the optimizer then steps one tensor (its per-tensor Python overhead
         # dominated the optimizer step) and the norm clip is one dot product.
-        sizes = [p.numel() for p in self.parameters]
-        offsets = np.cumsum([0, *sizes])
         self.flat_parameter = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self.parameters]))
         self.flat_parameter.grad = torch.zeros_like(self.flat_parameter)
-        self.flat_grad = self.flat_parameter.grad.numpy()
+        self.bind(self.flat_parameter.data, self.flat_parameter.grad)
+
+    def bind(self, storage: torch.Tensor, grad_storage: torch.Tensor) -> None:
+        """Move the parameters (their current values) into `storage` and their gradient into `grad_storage`.
+
+        Both are flat float32 tensors of the parameter count, e.g. rows of the [seeds, parameters]
+        arrays of a batched run (algorithms/batched.py); the flat parameter keeps its identity, so
+        an optimizer built on it steps the new memory.
+        """
+        storage.copy_(self.flat_parameter.data)
+        self.flat_parameter.data = storage
+        self.flat_parameter.grad = grad_storage
+        self.flat_grad = grad_storage.numpy()
+        self.offsets = np.cumsum([0, *(p.numel() for p in self.parameters)])
         grad_views = []
-        for param, start, stop in zip(self.parameters, offsets[:-1], offsets[1:]):
-            param.data = self.flat_parameter.data[start:stop].view(param.shape)
+        for param, start, stop in zip(self.parameters, self.offsets[:-1], self.offsets[1:]):
+            param.data = storage[start:stop].view(param.shape)
             grad_views.append(self.flat_grad[start:stop].reshape(param.shape))
-        self.critic: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
-                               for layer in policy.critic.layers]
-        self.actor: Layers = [(layer.weight.detach().numpy(), layer.bias.detach().numpy())
-                              for layer in policy.actor.layers]
-        self.actor_logstd = None if self.discrete else policy.actor_logstd.detach().numpy()
+        views = [param.detach().numpy() for param in self.parameters]
+        layers = list(zip(views[0::2], views[1::2]))  # (weight, bias) pairs; an odd last view is the log std
+        self.critic: Layers = layers[:self.num_critic_layers]
+        self.actor: Layers = layers[self.num_critic_layers:self.num_critic_layers + self.num_actor_layers]
+        self.actor_logstd = None if self.discrete else views[-1]
         for param, view in zip(self.parameters, self.views()):
             assert np.shares_memory(param.detach().numpy(), view)
         pairs = list(zip(grad_views[0::2], grad_views[1::2]))

@@ -2,9 +2,10 @@
 
 Hydra 1.3 reports only the first failure of a multirun (hydra#2284), and with
 the joblib or submitit launchers the jobs run elsewhere. This callback reads
-the sweep directory instead: every job directory written during this sweep
-(its .hydra/config.yaml is newer than the sweep's start) either holds a
-summary.json with status "complete", or it failed. run.py lets a failing
+the sweep directory instead: every run directory of a job written during this
+sweep (its .hydra/config.yaml is newer than the sweep's start; a batch job's
+runs are its seeds' directories) either holds a summary.json with status
+"complete", or it failed. run.py lets a failing
 job record its error and return, so the other jobs go on; this callback then
 lists the failures and exits non-zero.
 """
@@ -31,6 +32,18 @@ def job_status(job_dir: Path) -> tuple[str, str]:
     return summary.get("status", "unknown"), summary.get("error", "")
 
 
+def job_run_dirs(job_dir: Path) -> list[Path]:
+    """The run directories a job wrote: its own, or for a batch job (seeds=[...]) its seeds' beside it."""
+    from omegaconf import OmegaConf
+
+    seeds = OmegaConf.load(job_dir / ".hydra" / "config.yaml").get("seeds")
+    if seeds is None:
+        return [job_dir]
+    from benchmarks.batch_trainer import seed_run_dirs
+
+    return seed_run_dirs(job_dir, list(seeds))
+
+
 class SweepReport(Callback):
     def __init__(self) -> None:
         self.start = time.time()
@@ -43,9 +56,11 @@ class SweepReport(Callback):
         job_dirs = sorted(
             path.parent.parent for path in sweep_dir.rglob(".hydra/config.yaml") if path.stat().st_mtime >= self.start
         )
-        statuses = [(job_dir, *job_status(job_dir)) for job_dir in job_dirs]
-        failed = [(job_dir, reason) for job_dir, status, reason in statuses if status != "complete"]
-        print(f"sweep finished: {len(statuses) - len(failed)} of {len(statuses)} jobs complete under {sweep_dir}")
+        run_dirs = [run_dir for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
+        statuses = [(run_dir, *job_status(run_dir)) for run_dir in run_dirs]
+        failed = [(run_dir, reason) for run_dir, status, reason in statuses if status != "complete"]
+        print(f"sweep finished: {len(statuses) - len(failed)} of {len(statuses)} runs complete "
+              f"({len(job_dirs)} jobs) under {sweep_dir}")
         for job_dir, reason in failed:
             print(f"  FAILED {job_dir}: {reason}")
         if failed:

@@ -8,6 +8,20 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 
+def seed_dir(seed, seeds) -> str:
+    """The last part of a run directory (conf/config.yaml): seed<k>, or for a batch (seeds=[...]) the job's
+    own directory, seeds<first>-<last> (or seeds<a>_<b>_... when not consecutive), beside its seeds' seed<k>."""
+    if seeds is None:
+        return f"seed{seed}"
+    seeds = [int(s) for s in seeds]
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds{seeds[0]}-{seeds[-1]}"
+    return "seeds" + "_".join(map(str, seeds))
+
+
+OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
+
+
 class ConfigError(ValueError):
     """A bad configuration value; str(error) is one line per problem."""
 
@@ -64,8 +78,13 @@ def number(key: str) -> Rule:
     return key, _is_number, "a number"
 
 
+MAX_SEED = 2**32 - 1  # numpy's and Gymnasium's seed range
+
 COMMON_RULES: list[Rule] = [
-    positive_int("seed", minimum=0, maximum=2**32 - 1),  # numpy's and Gymnasium's seed range
+    positive_int("seed", minimum=0, maximum=MAX_SEED),
+    ("seeds", lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
+                                      and all(_is_int(s) and 0 <= s <= MAX_SEED for s in v)),
+     f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch"),
     positive_int("total_steps"),
     one_of("device", ["cpu"]),
     positive_int("torch_threads"),
@@ -243,6 +262,13 @@ def _cross_checks(data: dict) -> list[str]:
         )
     if algo["algorithm"] == "hp3o":
         errors += _hp3o_cross_checks(algo)
+    if data["seeds"] is not None:
+        if algo["backend"] != "numpy":
+            errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=numpy, "
+                          f"got {algo['backend']!r}: add algo.backend=numpy")
+        if algo["target_kl"] is not None:
+            errors.append(f"algo.target_kl must be null with seeds=[...]: early stopping is per seed and the "
+                          f"batch steps all seeds together (got {algo['target_kl']})")
     if env["reference_score"] is not None and env["reference_score"] <= env["random_score"]:
         errors.append(f"env.reference_score must be > env.random_score = {env['random_score']} (scores are "
                       f"normalised by their difference), got {env['reference_score']}")

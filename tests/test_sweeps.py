@@ -18,7 +18,7 @@ def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launche
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
-    assert "sweep finished: 1 of 2 jobs complete" in result.stdout
+    assert "sweep finished: 1 of 2 runs complete" in result.stdout
     assert f"FAILED {tmp_path / '0'}: NameNotFound" in result.stdout
     assert json.loads((tmp_path / "0" / "summary.json").read_text())["status"] == "failed"
     good = tmp_path / "1"

@@ -1,0 +1,348 @@
+"""N seeds of one configuration in one process, in lockstep (`seeds=[0,1,2,3]`; algorithms/batched.py).
+
+Each seed is a normal run: its own run directory (`<job dir>/../seed<k>`, where a single-seed
+run of it would write), its own envs, evaluator, logs, TensorBoard file, checkpoints and
+summary - the files and columns of benchmarks/trainer.py's train(), so the report, claims
+and the regression check read them unchanged. What is shared: one batched forward per
+env step for all seeds, PPO's batched update, and the loop. The summary's "batched" entry
+records the batch.
+
+Checkpoints: every seed writes its own at the same iteration. A kill can land between two
+seeds' writes; on resume every seed is rolled back to the newest iteration all of them
+have (a seed ahead uses its previous checkpoint), so the batch resumes in lockstep and
+each seed's numbers equal an uninterrupted batched run's.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from algorithms import build_algorithm
+from algorithms.batched import RandomState, SeedBatch, seed_rollout
+from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
+from benchmarks.env_state import load_vector_env_state, vector_env_state
+from benchmarks.envs import make_vector_env, space_dims
+from benchmarks.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.trainer import (
+    CHECKPOINT_FILES,
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    Evaluator,
+    NonFiniteError,
+    PreemptionSignals,
+    check_finite,
+    git_commit,
+    load_checkpoint,
+    numbers_relevant,
+    save_checkpoint,
+    seed_everything,
+    versions,
+)
+
+
+def seed_run_dirs(job_dir: Path, seeds: list[int]) -> list[Path]:
+    """Where each seed of a batch job writes: beside the job's directory, as single-seed runs would."""
+    return [Path(job_dir).parent / f"seed{seed}" for seed in seeds]
+
+
+def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
+    """The config of one seed of the batch: seed set; `seeds` (the batch) kept, so it is part of the run's identity."""
+    config = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    config.seed = seed
+    return config
+
+
+class SeedRun:
+    """Everything one seed of the batch owns besides its algorithm: envs, statistics, logs, loop state."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, progress_bar: bool):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        env_cfg, algo_cfg = cfg.env, cfg.algo
+        seed_everything(cfg.seed)  # as train() does, so that network init draws what a single-seed run draws
+        self.envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
+        self.dims = space_dims(self.envs)
+        obs_dim, action_dim, discrete, _ = self.dims
+        self.num_iterations = cfg.total_steps // (env_cfg.num_envs * env_cfg.num_steps)
+        self.algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg,
+                                         self.num_iterations)
+        self.randoms = RandomState()
+        self.obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
+        self.reward_scaler = RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward,
+                                          clip=env_cfg.reward_clip)
+        self.evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000)
+        self.progress_bar = progress_bar
+        self.resolved_config = OmegaConf.to_container(cfg, resolve=True)
+        self.active = True
+
+    def start(self, checkpoint: dict | None) -> None:
+        cfg, num_envs = self.cfg, self.cfg.env.num_envs
+        if checkpoint is None:
+            raw_obs, _ = self.envs.reset(seed=cfg.seed)
+            self.obs = self.obs_normalizer(raw_obs, update=True).astype(np.float32)
+            self.episode_ended = np.zeros(num_envs, dtype=bool)
+            self.env_steps, self.elapsed_before, self.last_eval = 0, 0.0, None
+            self.next_eval_at, self.resumed_at = cfg.eval.every_steps, []
+            self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar)
+            self.episodes_log = CSVLog(self.run_dir / "episodes.csv")
+            self.start_iteration = 1
+        else:
+            self.algorithm.load_state_dict(checkpoint["algorithm"])
+            self.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
+            self.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+            load_vector_env_state(self.envs, checkpoint["envs"])
+            load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
+            self.evaluator.seed = checkpoint["eval_seed"]
+            rng = checkpoint["rng"]
+            self.randoms.torch.set_state(rng["torch"])
+            version, internal, gauss = rng["python"]
+            self.randoms.python = (version, tuple(internal), gauss)
+            name, keys, position, has_gauss, cached = rng["numpy"]
+            self.randoms.numpy = (name, keys.numpy().astype(np.uint32), position, has_gauss, cached)
+            loop = checkpoint["loop"]
+            self.obs, self.episode_ended = loop["obs"].numpy().copy(), loop["episode_ended"].numpy().copy()
+            self.start_iteration, self.env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
+            self.elapsed_before, self.last_eval = loop["wall_time"], loop["last_eval"]
+            self.next_eval_at, self.resumed_at = loop["next_eval_at"], loop["resumed_at"] + [self.env_steps]
+            logs = checkpoint["logs"]
+            self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
+                                    resume={"sizes": logs, "env_steps": self.env_steps})
+            self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"])
+            print(f"resuming {self.run_dir} from its checkpoint at {self.env_steps} env steps", file=sys.stderr)
+        self.start_time = time.perf_counter() - self.elapsed_before
+        self.episode_returns, self.episode_lengths = [], []
+
+    def evaluate(self, iteration: int) -> None:
+        returns = self.evaluator(self.algorithm, self.obs_normalizer)
+        self.last_eval = {
+            "env_steps": self.env_steps,
+            "iteration": iteration,
+            "wall_time": time.perf_counter() - self.start_time,
+            "eval_return_mean": float(returns.mean()),
+            "eval_return_std": float(returns.std()),
+            "eval_episodes": len(returns),
+        }
+        self.logger.log_eval(self.last_eval)
+
+    def write_checkpoint(self, iteration: int) -> None:
+        randoms = self.randoms
+        name, keys, position, has_gauss, cached = randoms.numpy
+        save_checkpoint({
+            "format": CHECKPOINT_FORMAT,
+            "config": self.resolved_config,
+            "algorithm": self.algorithm.state_dict(),
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "env_steps": self.env_steps,
+            "iteration": iteration,
+            # the seed's own streams, in train()'s layout (its "torch" is the seed's generator)
+            "rng": {"python": randoms.python, "torch": randoms.torch.get_state(),
+                    "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached)},
+            "envs": vector_env_state(self.envs),
+            "eval_envs": vector_env_state(self.evaluator.envs),
+            "eval_seed": self.evaluator.seed,
+            "loop": {"obs": torch.from_numpy(self.obs.copy()),
+                     "episode_ended": torch.from_numpy(self.episode_ended.copy()),
+                     "next_eval_at": self.next_eval_at, "last_eval": self.last_eval, "resumed_at": self.resumed_at,
+                     "wall_time": time.perf_counter() - self.start_time},
+            "logs": {**self.logger.sizes(), "episodes.csv": self.episodes_log.size()},
+        }, self.run_dir)
+
+    def summary_base(self, status: str) -> dict:
+        return {"status": status, "env": self.cfg.env.name, "algo": self.cfg.algo.name, "seed": self.cfg.seed,
+                "env_steps": self.env_steps, "resumed_at_env_steps": self.resumed_at}
+
+    def close(self) -> None:
+        for closing in (getattr(self, "logger", None), getattr(self, "episodes_log", None), self.envs, self.evaluator):
+            if closing is not None:
+                closing.close()
+
+
+def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
+    """Each seed's checkpoint, all at the newest iteration every seed has (None for all: a fresh start)."""
+    newest = [load_checkpoint(run.run_dir, run.cfg) if run.cfg.logging.checkpoint else None for run in runs]
+    if all(checkpoint is None for checkpoint in newest):
+        return newest
+    if any(checkpoint is None for checkpoint in newest):
+        missing = [str(run.run_dir) for run, c in zip(runs, newest) if c is None]
+        raise CheckpointError(f"a batch resumes all its seeds together, but {', '.join(missing)} has no "
+                              f"checkpoint; delete the batch's run directories to start over")
+    target = min(checkpoint["iteration"] for checkpoint in newest)
+    chosen = []
+    for run, checkpoint in zip(runs, newest):
+        if checkpoint["iteration"] != target:
+            checkpoint = torch.load(run.run_dir / CHECKPOINT_FILES[1], weights_only=True)
+            if checkpoint.get("iteration") != target:
+                raise CheckpointError(f"{run.run_dir}: no checkpoint at iteration {target}, where the batch's "
+                                      f"other seeds stand; delete the batch's run directories to start over")
+        chosen.append(checkpoint)
+    return chosen
+
+
+def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None) -> list[dict]:
+    """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
+    run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone)."""
+    seeds = list(cfg.seeds) if seeds is None else list(seeds)
+    commit = git_commit()
+    torch.set_num_threads(cfg.torch_threads)
+    runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
+            for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
+    batch = SeedBatch([run.algorithm for run in runs], [run.randoms for run in runs])
+    env_cfg = cfg.env
+    num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
+    steps_per_iteration = num_envs * num_steps
+    num_iterations = runs[0].num_iterations
+    obs_dim, _, _, action_shape = runs[0].dims
+    rollout = Rollout.allocate(num_steps, len(runs) * num_envs, obs_dim, action_shape)
+    rollouts = [seed_rollout(rollout, index, num_envs) for index in range(len(runs))]
+    batched_info = {"seeds": list(cfg.seeds), "trained_together": seeds}
+
+    try:
+        for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
+            run.start(checkpoint)
+        start_iteration = runs[0].start_iteration
+        if start_iteration == 1 and cfg.eval.at_start:
+            for run in runs:
+                run.evaluate(0)
+        checkpoint_every = cfg.logging.checkpoint_every_steps
+        next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
+
+        # [steps, seeds, envs, ...] numpy views of the rollout's columns
+        def columns(tensor: torch.Tensor) -> np.ndarray:
+            array = tensor.numpy()
+            return array.reshape((num_steps, len(runs), num_envs) + array.shape[2:])
+
+        obs_np, actions_np, log_probs_np, values_np = (columns(t) for t in
+                                                       (rollout.obs, rollout.actions, rollout.log_probs, rollout.values))
+        rewards_np, raw_rewards_np = columns(rollout.rewards), columns(rollout.raw_rewards)
+        terminated_np, truncated_np, valid_np = (columns(t) for t in
+                                                 (rollout.terminated, rollout.truncated, rollout.valid))
+        with PreemptionSignals() as signals:
+            for iteration in range(start_iteration, num_iterations + 1):
+                iteration_start = time.perf_counter()
+                for run in runs:
+                    run.episode_returns, run.episode_lengths = [], []
+                for t in range(num_steps):
+                    obs = np.stack([run.obs for run in runs])
+                    action, log_prob, value = batch.act(obs)
+                    obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
+                    for index, run in enumerate(runs):
+                        if not run.active:
+                            continue
+                        valid = ~run.episode_ended
+                        valid_np[t, index] = valid
+                        raw_obs, reward, terminated, truncated, info = run.envs.step(action[index])
+                        run.episode_ended = terminated | truncated
+                        raw_rewards_np[t, index] = reward
+                        rewards_np[t, index] = run.reward_scaler(reward, run.episode_ended, valid)
+                        terminated_np[t, index], truncated_np[t, index] = terminated, truncated
+                        run.obs = run.obs_normalizer(raw_obs, update=True).astype(np.float32)
+                        if "_episode" in info:
+                            done = info["_episode"]
+                            run.episode_returns.extend(info["episode"]["r"][done].tolist())
+                            run.episode_lengths.extend(info["episode"]["l"][done].tolist())
+                with torch.inference_mode():
+                    for run, seed_columns in zip(runs, rollouts):
+                        seed_columns.next_value.copy_(run.algorithm.value(torch.from_numpy(run.obs)))
+                update_start = time.perf_counter()
+                all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
+                now = time.perf_counter()
+                interrupted = signals.received is not None
+                for run, stats in zip(runs, all_stats):
+                    if not run.active:
+                        continue
+                    run.env_steps += steps_per_iteration
+                    try:
+                        check_finite(run.algorithm, stats, iteration, run.env_steps)
+                    except NonFiniteError as error:  # this seed stops; the others go on
+                        run.active = False
+                        write_json_atomic(run.run_dir / "summary.json", {
+                            **run.summary_base("failed"), "error": f"NonFiniteError: {error}", "batched": batched_info})
+                        print(f"error: {run.run_dir}: {error}", file=sys.stderr)
+                        continue
+                    log_iteration(run, stats, iteration, iteration_start, update_start, now, len(runs),
+                                  steps_per_iteration)
+                    if run.env_steps >= run.next_eval_at or iteration == num_iterations:
+                        run.evaluate(iteration)
+                        while run.next_eval_at <= run.env_steps:
+                            run.next_eval_at += cfg.eval.every_steps
+                env_steps = iteration * steps_per_iteration
+                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
+                                               or iteration == num_iterations):
+                    for run in runs:
+                        if run.active:
+                            run.write_checkpoint(iteration)
+                    while next_checkpoint_at <= env_steps:
+                        next_checkpoint_at += checkpoint_every
+                if not any(run.active for run in runs):
+                    raise NonFiniteError("every seed of the batch failed (see their summary.json)")
+                if interrupted and iteration < num_iterations:
+                    for run in runs:
+                        if run.active:
+                            write_json_atomic(run.run_dir / "summary.json", {
+                                **run.summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
+                                "checkpointed": bool(cfg.logging.checkpoint), "batched": batched_info})
+                    signals.hand_over(env_steps)
+    except Exception as error:
+        from benchmarks.trainer import TrainingInterrupted
+
+        if not isinstance(error, TrainingInterrupted):
+            for run in runs:
+                if run.active:
+                    write_json_atomic(run.run_dir / "summary.json", {
+                        **run.summary_base("failed"), "error": f"{type(error).__name__}: {error}",
+                        "batched": batched_info})
+        raise
+    finally:
+        for run in runs:
+            run.close()
+
+    summaries = []
+    for run in runs:
+        if not run.active:
+            continue
+        wall_time = time.perf_counter() - run.start_time
+        summary = {
+            **run.summary_base("complete"),
+            "iterations": num_iterations,
+            "final_eval_return_mean": run.last_eval["eval_return_mean"] if run.last_eval else None,
+            "final_eval_return_std": run.last_eval["eval_return_std"] if run.last_eval else None,
+            "wall_time_s": wall_time,
+            "sps": run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
+            "batched": batched_info,
+            "versions": versions(),
+            "git_commit": commit,
+            "config": run.resolved_config,
+        }
+        write_json_atomic(run.run_dir / "summary.json", summary)
+        summaries.append(summary)
+    return summaries
+
+
+def log_iteration(run: SeedRun, stats: dict, iteration: int, iteration_start: float, update_start: float,
+                  now: float, batch_size: int, steps_per_iteration: int) -> None:
+    """train.csv's row of one seed (train()'s columns; times are the batch's, sps this seed's share)."""
+    for ret, length in zip(run.episode_returns, run.episode_lengths):
+        run.episodes_log.write({"env_steps": run.env_steps, "episode_return": ret, "episode_length": length})
+    returns, lengths = run.episode_returns, run.episode_lengths
+    run.logger.log_train({
+        "env_steps": run.env_steps,
+        "iteration": iteration,
+        "wall_time": now - run.start_time,
+        "sps": steps_per_iteration / (now - iteration_start),
+        "rollout_time": update_start - iteration_start,
+        "update_time": now - update_start,
+        "episodes": len(returns),
+        "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
+        "episode_return_std": float(np.std(returns)) if returns else float("nan"),
+        "episode_length_mean": float(np.mean(lengths)) if lengths else float("nan"),
+        **stats,
+    })
