@@ -141,6 +141,10 @@ class SeedBatch:
         log_prob = (-0.5 * noise * noise - logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
         return action, log_prob, value
 
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        """V(obs) of every seed: obs [seeds, envs, obs_dim] -> [seeds, envs]."""
+        return batched_mlp_forward(self.critic, obs)[0][..., 0]
+
     # -- learning -----------------------------------------------------------------
 
     def update(self, rollouts: list[Rollout], iteration: int, active: list[bool]) -> list[dict | None]:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -82,6 +83,7 @@ class SeedRun:
         self.progress_bar = progress_bar
         self.resolved_config = OmegaConf.to_container(cfg, resolve=True)
         self.active = True
+        self.env_steps, self.resumed_at = 0, []
 
     def start(self, checkpoint: dict | None) -> None:
         cfg, num_envs = self.cfg, self.cfg.env.num_envs
@@ -166,6 +168,167 @@ class SeedRun:
                 closing.close()
 
 
+class LockstepEnvs:
+    """Steps every seed's envs (make_vector_env stacks) as their wrappers would, without a Python call per layer.
+
+    Per seed, make_vector_env builds [action clip] -> RecordEpisodeStatistics -> SyncVectorEnv
+    (NEXT_STEP autoreset) -> sub-envs. Here the sub-envs are stepped directly, and what the
+    vector layers do around them - one np.clip of all seeds' actions, the autoreset flags, the
+    episode sums - is done once for all seeds on [seeds, envs] arrays, with the layers'
+    semantics. The layers' own attributes are brought up to date before a checkpoint
+    (`to_layers`) and read back after a resume (`from_layers`), so each seed's env state is
+    saved and restored by benchmarks/env_state.py exactly as a single-seed run's.
+    """
+
+    def __init__(self, vector_envs: list):
+        self.vector_envs = vector_envs
+        self.sub_envs = [self.layer(envs, gym.vector.SyncVectorEnv).envs for envs in vector_envs]
+        space = vector_envs[0].single_action_space
+        self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        count, num_envs = len(vector_envs), len(self.sub_envs[0])
+        self.rewards = np.zeros((count, num_envs))
+        self.terminated = np.zeros((count, num_envs), dtype=bool)
+        self.truncated = np.zeros((count, num_envs), dtype=bool)
+        self.from_layers()
+
+    @staticmethod
+    def layer(envs, kind):
+        while not isinstance(envs, kind):
+            envs = envs.env
+        return envs
+
+    def from_layers(self) -> None:
+        """Read the vector layers' state (after reset or a resume) into [seeds, envs] arrays."""
+        stats = [self.layer(envs, gym.wrappers.vector.RecordEpisodeStatistics) for envs in self.vector_envs]
+        self.autoreset = np.stack([self.layer(envs, gym.vector.SyncVectorEnv)._autoreset_envs
+                                   for envs in self.vector_envs])
+        self.episode_returns = np.stack([layer.episode_returns for layer in stats]).astype(np.float64)
+        self.episode_lengths = np.stack([layer.episode_lengths for layer in stats])
+        self.prev_dones = np.stack([layer.prev_dones for layer in stats])
+        self.episode_count = np.array([layer.episode_count for layer in stats])
+
+    def to_layers(self) -> None:
+        """Write the arrays back into each seed's vector layers (before its env state is saved)."""
+        for index, envs in enumerate(self.vector_envs):
+            self.layer(envs, gym.vector.SyncVectorEnv)._autoreset_envs = self.autoreset[index].copy()
+            stats = self.layer(envs, gym.wrappers.vector.RecordEpisodeStatistics)
+            stats.episode_returns = self.episode_returns[index].copy()
+            stats.episode_lengths = self.episode_lengths[index].copy()
+            stats.prev_dones = self.prev_dones[index].copy()
+            stats.episode_count = int(self.episode_count[index])
+
+    def step(self, actions: np.ndarray, active: list[bool], raw_obs: np.ndarray) -> np.ndarray:
+        """One step of every active seed's envs; observations into raw_obs [seeds, envs, ...]; returns
+        the mask of episodes that ended ([seeds, envs]), whose return and length are in episode_returns/lengths."""
+        if self.bounds is not None:  # make_vector_env's clip, on its way into the env only
+            actions = np.clip(actions, *self.bounds)
+        for index, sub_envs in enumerate(self.sub_envs):
+            if not active[index]:
+                continue
+            for j, env in enumerate(sub_envs):
+                if self.autoreset[index, j]:  # SyncVectorEnv's NEXT_STEP autoreset
+                    raw_obs[index, j], _ = env.reset()
+                    self.rewards[index, j], self.terminated[index, j], self.truncated[index, j] = 0.0, False, False
+                else:
+                    (raw_obs[index, j], self.rewards[index, j], self.terminated[index, j],
+                     self.truncated[index, j], _) = env.step(actions[index, j])
+        dones = self.terminated | self.truncated
+        on = np.array(active)[:, None]
+        self.autoreset = np.where(on, dones, self.autoreset)
+        # RecordEpisodeStatistics, NEXT_STEP: the reset step counts toward no episode
+        counting = on & ~self.prev_dones
+        self.episode_returns = np.where(on & self.prev_dones, 0.0, self.episode_returns)
+        self.episode_returns = np.where(counting, self.episode_returns + self.rewards, self.episode_returns)
+        self.episode_lengths = np.where(on & self.prev_dones, 0, self.episode_lengths)
+        self.episode_lengths = np.where(counting, self.episode_lengths + 1, self.episode_lengths)
+        ended = on & dones
+        self.prev_dones = np.where(on, dones, self.prev_dones)
+        self.episode_count += ended.sum(axis=1)
+        return ended
+
+
+class SeedStatistics:
+    """Every seed's observation normaliser and reward scaler (algorithms/core.py), updated as [seeds, ...] arrays.
+
+    The per-seed objects stay the source of truth for checkpoints and evaluation: `from_seeds`
+    reads them (at the start and after a resume), `to_seeds` writes the arrays back (before
+    each evaluation and checkpoint). The arithmetic is RunningMeanStd's and RewardScaler's,
+    with a leading seed axis.
+    """
+
+    def __init__(self, runs: list):
+        self.runs = runs
+        self.normalize_obs, self.scale_reward = runs[0].obs_normalizer.enabled, runs[0].reward_scaler.enabled
+        self.obs_clip, self.reward_clip = runs[0].obs_normalizer.clip, runs[0].reward_scaler.clip
+        self.gamma = runs[0].reward_scaler.gamma
+        self.obs_epsilon, self.reward_epsilon = runs[0].obs_normalizer.epsilon, runs[0].reward_scaler.epsilon
+        self.from_seeds()
+
+    def from_seeds(self) -> None:
+        normalizers, scalers = [run.obs_normalizer for run in self.runs], [run.reward_scaler for run in self.runs]
+        self.obs_mean = np.stack([n.rms.mean for n in normalizers])
+        self.obs_var = np.stack([n.rms.var for n in normalizers])
+        self.obs_count = np.array([n.rms.count for n in normalizers])
+        self.return_mean = np.array([s.rms.mean for s in scalers], np.float64)
+        self.return_var = np.array([s.rms.var for s in scalers], np.float64)
+        self.return_count = np.array([s.rms.count for s in scalers])
+        self.discounted_return = np.stack([s.discounted_return for s in scalers])
+
+    def to_seeds(self) -> None:
+        for index, run in enumerate(self.runs):
+            rms = run.obs_normalizer.rms
+            rms.mean, rms.var, rms.count = self.obs_mean[index].copy(), self.obs_var[index].copy(), float(self.obs_count[index])
+            scaler = run.reward_scaler
+            scaler.rms.mean, scaler.rms.var = np.float64(self.return_mean[index]), np.float64(self.return_var[index])
+            scaler.rms.count = float(self.return_count[index])
+            scaler.discounted_return = self.discounted_return[index].copy()
+
+    @staticmethod
+    def merge(mean, var, count, batch_mean, batch_var, batch_count):
+        """RunningMeanStd.update's parallel merge, elementwise over seeds (batch_count 0: unchanged)."""
+        delta = batch_mean - mean
+        total = count + batch_count
+        new_mean = mean + delta * batch_count / total
+        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
+        return new_mean, m2 / total, total
+
+    def normalize(self, raw_obs: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """ObservationNormalizer(raw_obs, update=True) per seed: raw_obs [seeds, envs, obs] -> float32."""
+        if not self.normalize_obs:
+            return raw_obs.astype(np.float32)
+        num_envs = raw_obs.shape[1]
+        if num_envs == 1:  # RunningMeanStd's one-row path: the row is the mean, its variance 0
+            batch_mean, batch_var = raw_obs[:, 0], np.zeros_like(raw_obs[:, 0])
+        else:
+            batch_mean, batch_var = raw_obs.mean(axis=1), raw_obs.var(axis=1)
+        on = active[:, None]
+        mean, var, count = self.merge(self.obs_mean, self.obs_var, self.obs_count[:, None], batch_mean, batch_var,
+                                      num_envs)
+        self.obs_mean, self.obs_var = np.where(on, mean, self.obs_mean), np.where(on, var, self.obs_var)
+        self.obs_count = np.where(active, count[:, 0], self.obs_count)
+        normalized = (raw_obs - self.obs_mean[:, None, :]) / np.sqrt(self.obs_var[:, None, :] + self.obs_epsilon)
+        return np.minimum(np.maximum(normalized, -self.obs_clip), self.obs_clip).astype(np.float32)
+
+    def scale(self, rewards: np.ndarray, episode_ended: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """RewardScaler(rewards, episode_ended, valid) per seed, on [seeds, envs] arrays."""
+        if not self.scale_reward:
+            return rewards
+        self.discounted_return = np.where(valid, self.discounted_return * self.gamma + rewards, self.discounted_return)
+        counts = valid.sum(axis=1)
+        safe = np.maximum(counts, 1)
+        batch_mean = np.where(valid, self.discounted_return, 0.0).sum(axis=1) / safe
+        batch_var = np.where(valid, (self.discounted_return - batch_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe
+        mean, var, count = self.merge(self.return_mean, self.return_var, self.return_count, batch_mean, batch_var,
+                                      counts)
+        some = counts > 0
+        self.return_mean = np.where(some, mean, self.return_mean)
+        self.return_var = np.where(some, var, self.return_var)
+        self.return_count = np.where(some, count, self.return_count)
+        scaled = rewards / np.sqrt(self.return_var[:, None] + self.reward_epsilon)
+        self.discounted_return = np.where(episode_ended, 0.0, self.discounted_return)
+        return np.minimum(np.maximum(scaled, -self.reward_clip), self.reward_clip)
+
+
 def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     """Each seed's checkpoint, all at the newest iteration every seed has (None for all: a fresh start)."""
     newest = [load_checkpoint(run.run_dir, run.cfg) if run.cfg.logging.checkpoint else None for run in runs]
@@ -225,33 +388,37 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
         rewards_np, raw_rewards_np = columns(rollout.rewards), columns(rollout.raw_rewards)
         terminated_np, truncated_np, valid_np = (columns(t) for t in
                                                  (rollout.terminated, rollout.truncated, rollout.valid))
+        lockstep_envs, statistics = LockstepEnvs([run.envs for run in runs]), SeedStatistics(runs)
+        obs = np.stack([run.obs for run in runs])  # [seeds, envs, obs_dim], normalised
+        episode_ended = np.stack([run.episode_ended for run in runs])
+        raw_obs = np.zeros(obs.shape, np.float64)
         with PreemptionSignals() as signals:
             for iteration in range(start_iteration, num_iterations + 1):
                 iteration_start = time.perf_counter()
+                active = np.array([run.active for run in runs])
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
                 for t in range(num_steps):
-                    obs = np.stack([run.obs for run in runs])
+                    valid = ~episode_ended & active[:, None]
                     action, log_prob, value = batch.act(obs)
                     obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
-                    for index, run in enumerate(runs):
-                        if not run.active:
-                            continue
-                        valid = ~run.episode_ended
-                        valid_np[t, index] = valid
-                        raw_obs, reward, terminated, truncated, info = run.envs.step(action[index])
-                        run.episode_ended = terminated | truncated
-                        raw_rewards_np[t, index] = reward
-                        rewards_np[t, index] = run.reward_scaler(reward, run.episode_ended, valid)
-                        terminated_np[t, index], truncated_np[t, index] = terminated, truncated
-                        run.obs = run.obs_normalizer(raw_obs, update=True).astype(np.float32)
-                        if "_episode" in info:
-                            done = info["_episode"]
-                            run.episode_returns.extend(info["episode"]["r"][done].tolist())
-                            run.episode_lengths.extend(info["episode"]["l"][done].tolist())
-                with torch.inference_mode():
-                    for run, seed_columns in zip(runs, rollouts):
-                        seed_columns.next_value.copy_(run.algorithm.value(torch.from_numpy(run.obs)))
+                    valid_np[t] = valid
+                    ended = lockstep_envs.step(action, active, raw_obs)
+                    episode_ended = lockstep_envs.terminated | lockstep_envs.truncated
+                    raw_rewards_np[t] = lockstep_envs.rewards
+                    rewards_np[t] = statistics.scale(lockstep_envs.rewards, episode_ended, valid)
+                    terminated_np[t], truncated_np[t] = lockstep_envs.terminated, lockstep_envs.truncated
+                    obs = statistics.normalize(raw_obs, active)
+                    if ended.any():
+                        for index, j in zip(*np.nonzero(ended)):
+                            runs[index].episode_returns.append(float(lockstep_envs.episode_returns[index, j]))
+                            runs[index].episode_lengths.append(int(lockstep_envs.episode_lengths[index, j]))
+                # V(obs after the last row), the bootstrap of every seed's rollout
+                rollout.next_value.copy_(torch.from_numpy(batch.value(obs).reshape(-1)))
+                # the per-seed objects are what evaluation and checkpoints read
+                statistics.to_seeds()
+                for index, run in enumerate(runs):
+                    run.obs, run.episode_ended = obs[index], episode_ended[index]
                 update_start = time.perf_counter()
                 all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
                 now = time.perf_counter()
@@ -277,6 +444,7 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
                 env_steps = iteration * steps_per_iteration
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
                                                or iteration == num_iterations):
+                    lockstep_envs.to_layers()
                     for run in runs:
                         if run.active:
                             run.write_checkpoint(iteration)

@@ -1,0 +1,133 @@
+"""Aggregate training throughput of N seeds in one process (seeds=[...]) against one seed alone.
+
+    python -m benchmarks.seed_throughput                                   # HalfCheetah and CartPole, N = 1..16
+    python -m benchmarks.seed_throughput --envs HalfCheetah --sizes 1 8 --steps 8192 --repeats 1
+    python -m benchmarks.seed_throughput --two-processes 8                 # + two batches of 8 on two cores
+
+Measured in one run, side by side, on one core (torch threads 1):
+- the raw env: one Gymnasium env of the task stepped with random actions (the ceiling);
+- one seed alone on the fastest single-seed path (algo.backend=numpy);
+- a batch of N seeds (N = --sizes); aggregate SPS = N x steps / (rollout + update time);
+- with --two-processes N: two batches of N as two processes at once (both cores), their summed SPS.
+Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.throughput.
+Each configuration is measured --repeats times in turn (1, N1, N2, ..., 1, N1, ...) and the median kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pandas as pd
+import torch
+
+from benchmarks.batch_trainer import train_batch
+from benchmarks.throughput import _has_tabulate, benchmark_config
+from benchmarks.trainer import train
+
+
+def timed_sps(run_dirs: list[Path]) -> float:
+    """Env steps of all runs / the training time (rollout + update) of the batch (the same for every seed)."""
+    log = pd.read_csv(run_dirs[0] / "train.csv")
+    return len(run_dirs) * log["env_steps"].iloc[-1] / (log["rollout_time"].sum() + log["update_time"].sum())
+
+
+def single_sps(env: str, algo: str, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as root:
+        train(benchmark_config(env, algo, [], steps, "numpy"), Path(root))
+        return timed_sps([Path(root)])
+
+
+def batch_sps(env: str, algo: str, steps: int, size: int) -> float:
+    cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, "numpy")
+    with tempfile.TemporaryDirectory() as root:
+        run_dirs = [Path(root) / f"seed{seed}" for seed in range(size)]
+        train_batch(cfg, run_dirs)
+        return timed_sps(run_dirs)
+
+
+def raw_env_sps(env: str, steps: int) -> float:
+    """One env of the task (gymnasium.make, its default wrappers) stepped with random actions."""
+    from benchmarks.trainer import compose_config
+
+    env_id = compose_config([f"env={env}"]).env.id
+    single = gym.make(env_id)
+    single.reset(seed=0)
+    single.action_space.seed(0)
+    actions = [single.action_space.sample() for _ in range(steps)]
+    start = time.perf_counter()
+    for action in actions:
+        _, _, terminated, truncated, _ = single.step(action)
+        if terminated or truncated:
+            single.reset()
+    elapsed = time.perf_counter() - start
+    single.close()
+    return steps / elapsed
+
+
+def two_processes_sps(env: str, algo: str, steps: int, size: int) -> float:
+    """Two batches of `size` seeds as two processes started together; their summed SPS."""
+    code = ("import sys; from benchmarks.seed_throughput import batch_sps; "
+            f"print(batch_sps({env!r}, {algo!r}, {steps}, {size}))")
+    processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
+    return sum(float(process.communicate()[0].strip().splitlines()[-1]) for process in processes)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
+    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--two-processes", type=int, metavar="N", help="also two batches of N on two cores")
+    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+
+    rows = []
+    for env in args.envs:
+        samples: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            samples.setdefault("raw env (random actions)", []).append(raw_env_sps(env, args.steps))
+            samples.setdefault("one seed alone", []).append(single_sps(env, args.algo, args.steps))
+            for size in args.sizes:
+                samples.setdefault(f"batch of {size}", []).append(batch_sps(env, args.algo, args.steps, size))
+            if args.two_processes:
+                samples.setdefault(f"2 processes x batch of {args.two_processes}", []).append(
+                    two_processes_sps(env, args.algo, args.steps, args.two_processes))
+        medians = {name: statistics.median(values) for name, values in samples.items()}
+        alone, raw = medians["one seed alone"], medians["raw env (random actions)"]
+        for name, values in samples.items():
+            rows.append({"env": env, "what": name, "median_sps": round(medians[name]),
+                         "runs": " ".join(f"{v:.0f}" for v in values),
+                         "x_one_seed": round(medians[name] / alone, 2),
+                         "fraction_of_raw_env": round(medians[name] / raw, 2)})
+        print(pd.DataFrame([r for r in rows if r["env"] == env]).to_string(index=False), flush=True)
+    frame = pd.DataFrame(rows)
+    table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
+    print(f"\nalgo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, torch threads 1")
+    print(table)
+    if args.out:
+        command = "python -m benchmarks.seed_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
+        args.out.write_text(
+            f"# Many seeds in one process: aggregate throughput (issue 14)\n\nMade by `{command}` ({started} to "
+            f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "
+            f"{os.getloadavg()[0]:.2f} after). SPS = env steps of all seeds / (rollout + update time), one core "
+            f"unless stated; `x_one_seed` = against one seed alone on the fastest single-seed path "
+            f"(algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
+            f"random actions, both measured in the same run.\n\n{table}\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
