@@ -40,6 +40,9 @@ class PPO:
         self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
         # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
+        if self.cfg.backend == "numpy" and type(self).minibatch_step is not PPO.minibatch_step:
+            # the numpy gradient is PPO's loss's; a changed loss would step on a gradient it never wrote
+            raise ValueError(f"algo.backend=numpy cannot run {type(self).__name__}: it overrides minibatch_step")
         self.numpy_policy = NumpyActorCritic(self.policy) if self.cfg.backend == "numpy" else None
         self.optimizer = self.build_optimizer()
 

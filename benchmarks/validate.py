@@ -262,6 +262,8 @@ def _cross_checks(data: dict) -> list[str]:
         )
     if algo["algorithm"] == "hp3o":
         errors += _hp3o_cross_checks(algo)
+    if algo["backend"] == "numpy":
+        errors += _numpy_backend_checks(algo["algorithm"])
     if data["seeds"] is not None:
         if algo["backend"] != "numpy":
             errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=numpy, "
@@ -273,6 +275,20 @@ def _cross_checks(data: dict) -> list[str]:
         errors.append(f"env.reference_score must be > env.random_score = {env['random_score']} (scores are "
                       f"normalised by their difference), got {env['reference_score']}")
     return errors
+
+
+def _numpy_backend_checks(kind: str) -> list[str]:
+    """algo.backend=numpy computes PPO's minibatch loss and its gradient by hand (algorithms/numpy_backend.py).
+    An algorithm that changes that loss (overrides minibatch_step) would step on a gradient its own loss never
+    wrote: refused here, before anything trains."""
+    from algorithms import ALGORITHMS
+    from algorithms.ppo import PPO
+
+    algorithm = ALGORITHMS[kind]
+    if algorithm.minibatch_step is not PPO.minibatch_step:
+        return [f"algo.backend=numpy cannot run algo.algorithm={kind}: {algorithm.__name__} overrides "
+                f"minibatch_step, whose gradient only the torch backend computes; use algo.backend=torch"]
+    return []
 
 
 def _hp3o_cross_checks(algo: dict) -> list[str]:

@@ -101,3 +101,23 @@ def test_bad_configuration_gives_one_line_naming_key_and_range(overrides, messag
 
 def test_there_are_at_least_fifteen_distinct_bad_configurations():
     assert len({message for _, message in BAD_CONFIGS}) >= 15
+
+
+def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(make_config, monkeypatch):
+    """The numpy backend's gradient is PPO's loss's: a variant overriding minibatch_step must not train on it."""
+    import algorithms
+    from algorithms.ppo import PPO
+
+    class ChangedLoss(PPO):
+        def minibatch_step(self, minibatch, optimizer):
+            return super().minibatch_step(minibatch, optimizer)
+
+    monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", ChangedLoss)
+    validate_config(make_config(["env=CartPole", "algo=ppo"]))  # the torch backend computes any loss
+    with pytest.raises(ConfigError) as raised:
+        validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
+    assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss overrides "
+                                 "minibatch_step, whose gradient only the torch backend computes; use algo.backend=torch")
+    cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
+    with pytest.raises(ValueError, match="cannot run ChangedLoss: it overrides minibatch_step"):
+        ChangedLoss(4, 2, True, cfg, 1)  # and the algorithm itself refuses, wherever it is built
