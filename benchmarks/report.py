@@ -10,6 +10,8 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          probability of improvement over PPO with 95% CI
     <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps, one line per algorithm,
                                          mean over seeds with a 95% bootstrap confidence band
+    <out>/plots/<suite>_<task>_vs_ppo.*  the same, one small panel per variant with PPO in each
+                                         (shared y-axis); n < 5 seeds is marked "CI unreliable"
     <out>/tables/<suite>_aggregate.*     across tasks, on normalised scores (random_score and
                                          reference_score of conf/env): rliable's IQM, mean,
                                          optimality gap with stratified-bootstrap CIs, P(improve over PPO)
@@ -174,15 +176,15 @@ def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
     return header + shown.to_markdown(index=False) + "\n"
 
 
-def save_figure(fig, stem: Path) -> list[Path]:
+def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".svg"), dpi: int = 150) -> list[Path]:
     """PNG for reading, SVG for papers (no date stamp, so an unchanged figure stays byte-identical)."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     paths = []
-    for suffix in (".png", ".svg"):
+    for suffix in suffixes:
         path = stem.with_name(stem.name + suffix)
-        fig.savefig(path, dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+        fig.savefig(path, dpi=dpi, metadata={"Date": None} if suffix == ".svg" else None)
         paths.append(path)
     plt.close(fig)
     return paths
@@ -223,16 +225,79 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
             mean = curves.mean(axis=1)
             low, high = bootstrap_mean_ci(curves.to_numpy().T)
             color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
-            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} (n={curves.shape[1]})", color=color,
+            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])})", color=color,
                             marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
             ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
-        ax.set_title(f"{env}: evaluation return (mean, 95% bootstrap CI over seeds)", fontsize=10)
+        env_id = next(run for run in runs if run["env"] == env)["config"]["env"]["id"]
+        budget = budget_text([run for run in runs if run["env"] == env])
+        ax.set_title(f"{suite}: {env_id}, {budget} steps - evaluation return (mean, 95% bootstrap CI over seeds)",
+                     fontsize=9)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("deterministic evaluation return")
         ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         written += save_figure(fig, plots_dir / f"{suite}_{env}")
+    return written
+
+
+MIN_SEEDS_FOR_CI = 5  # fewer seeds: a bootstrap "95% CI" is little more than the seeds' own range
+
+
+def seeds_label(count: int) -> str:
+    """n per curve, marked when it is too small for its interval to mean much."""
+    return f"n={count}" if count >= MIN_SEEDS_FOR_CI else f"n={count} (<{MIN_SEEDS_FOR_CI}: CI unreliable)"
+
+
+def budget_text(runs: list[dict]) -> str:
+    """The runs' budget as configured (total_steps; the trained steps are whole iterations of it)."""
+    return _format_steps(max(run["config"]["total_steps"] for run in runs), None)
+
+
+def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    """Per task, one small panel per variant with PPO drawn in each, on a shared y-axis.
+
+    The question a reader asks is "this variant against PPO"; seven overlapping bands on one axis
+    cannot answer it. Mean over seeds with a 95% percentile-bootstrap band; n per curve in the legend.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    written = []
+    for env in sorted({run["env"] for run in runs}):
+        task_runs = [run for run in runs if run["env"] == env]
+        variants = sorted({run["algo"] for run in task_runs} - {"ppo"})
+        if "ppo" not in {run["algo"] for run in task_runs} or not variants:
+            continue
+        columns = min(3, len(variants))
+        rows = -(-len(variants) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.7 * rows + 0.5), sharex=True, sharey=True,
+                                 squeeze=False)
+        for ax, variant in zip(axes.flat, variants):
+            for algo in ("ppo", variant):
+                curves = eval_curves([run for run in task_runs if run["algo"] == algo])
+                mean = curves.mean(axis=1)
+                low, high = bootstrap_mean_ci(curves.to_numpy().T)
+                color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+                ax.plot(mean.index, mean.to_numpy(), color=color, marker=marker, markersize=2.5,
+                        linewidth=1.6 if algo == "ppo" else 1.3, label=f"{algo} ({seeds_label(curves.shape[1])})")
+                ax.fill_between(mean.index, low, high, alpha=0.2, color=color, linewidth=0)
+            ax.set_title(variant, fontsize=9, color=algo_color(variant))
+            ax.legend(fontsize=6.5, loc="lower right", frameon=False)
+            ax.grid(alpha=0.3)
+            ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
+            ax.tick_params(labelbottom=True, labelsize=7)  # every panel readable on its own
+        for ax in axes.flat[len(variants):]:
+            ax.set_visible(False)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("eval return", fontsize=8)
+        for ax in axes[-1, :]:
+            ax.set_xlabel("environment steps", fontsize=8)
+        env_id = task_runs[0]["config"]["env"]["id"]
+        fig.suptitle(f"{suite}: {env_id}, {budget_text(task_runs)} steps - each variant against PPO "
+                     f"(mean, 95% bootstrap CI over seeds)", fontsize=9)
+        # PNG only: the panels repeat the all-in-one figure's data (whose SVG is there for papers)
+        written += save_figure(fig, plots_dir / f"{suite}_{env}_vs_ppo", suffixes=(".png",), dpi=110)
     return written
 
 
@@ -417,7 +482,8 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     if aggregate is not None:
         aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
         (out / "tables" / f"{suite}_aggregate.md").write_text(aggregate_markdown(aggregate, suite))
-    plots = plot_suite(runs, suite, out / "plots") + plot_wall_time(table, suite, out / "plots")
+    plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
+             + plot_wall_time(table, suite, out / "plots"))
     print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 

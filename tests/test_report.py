@@ -37,6 +37,11 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     assert filecmp.cmp(tmp_path / "a" / "tables" / "tiny_suite_aggregate.md",
                        tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
     assert (tmp_path / "a" / "plots" / "tiny_suite_wall_time.png").exists()
+    # the variant-against-PPO panels: regenerate byte-identically, mark n < 5, use the algorithm's own colour
+    versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
+    assert filecmp.cmp(versus, tmp_path / "b" / "plots" / versus.name, shallow=False)
+    svg = (tmp_path / "a" / "plots" / "tiny_suite_CartPole.svg").read_text()
+    assert "n=2 (&lt;5: CI unreliable)" in svg and "#4477aa" in svg  # outer_ppo_lr's colour (ALGO_STYLE)
 
 
 def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config, tmp_path):
