@@ -40,6 +40,7 @@ from benchmarks.trainer import (
     NonFiniteError,
     PreemptionSignals,
     check_finite,
+    final_metrics,
     git_commit,
     load_checkpoint,
     numbers_relevant,
@@ -459,6 +460,9 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
                                 **run.summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
                                 "checkpointed": bool(cfg.logging.checkpoint), "batched": batched_info})
                     signals.hand_over(env_steps)
+        for run in runs:
+            if run.active:
+                run.logger.log_hparams(run.resolved_config, final_metrics(run.last_eval))
     except Exception as error:
         from benchmarks.trainer import TrainingInterrupted
 

@@ -107,12 +107,35 @@ class RunLogger:
             if key != "env_steps" and isinstance(value, (int, float)) and math.isfinite(value):
                 self.tb.add_scalar(f"{prefix}/{key}", value, step)
 
+    def log_hparams(self, config: dict, metrics: dict) -> None:
+        """The run's hyperparameters and final metrics for TensorBoard's HParams view (a sweep's runs side by side)."""
+        if self.tb is None:
+            return
+        hparams = {"algo": config["algo"]["name"], "env": config["env"]["name"], "seed": config["seed"],
+                   "total_steps": config["total_steps"]}
+        for key, value in flatten(config["algo"], "algo.").items():
+            hparams[key] = value if isinstance(value, (bool, int, float, str)) else str(value)
+        metrics = {f"hparams/{key}": value for key, value in metrics.items()
+                   if isinstance(value, (int, float)) and math.isfinite(value)}
+        self.tb.add_hparams(hparams, metrics, run_name=".")  # ".": this run's own event directory
+
     def close(self) -> None:
         self.bar.close()
         self.train_csv.close()
         self.eval_csv.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def flatten(node: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    flat = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def read_csv_complete_rows(path: Path):

@@ -393,6 +393,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                         **summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
                         "checkpointed": bool(cfg.logging.checkpoint)})
                     signals.hand_over(env_steps)
+        logger.log_hparams(resolved_config, final_metrics(last_eval))
     except Exception as error:
         if not isinstance(error, TrainingInterrupted):
             # The failure is recorded in the run's own directory, which the report then lists as failed.
@@ -419,6 +420,13 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     }
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def final_metrics(last_eval: dict | None) -> dict:
+    """What the HParams view compares runs by: the final evaluation's mean and std."""
+    if last_eval is None:
+        return {}
+    return {"final_eval_return_mean": last_eval["eval_return_mean"], "final_eval_return_std": last_eval["eval_return_std"]}
 
 
 def save_atomic(obj, path: Path) -> None:

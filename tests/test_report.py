@@ -128,3 +128,19 @@ def test_vectorised_probability_of_improvement_equals_rliables():
         y = rng.integers(0, 4, size=(runs_y, tasks)).astype(float)
         assert mean_probability_of_improvement(x, y) == metrics.probability_of_improvement(x, y)
         assert mean_probability_of_improvement(x, x) == 0.5
+
+
+def test_a_run_writes_its_hyperparameters_and_final_return_for_tensorboards_hparams_view(make_config, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    cfg = make_config(["env=CartPole", "algo=outer_ppo_lr", "total_steps=1024", "eval.every_steps=1024",
+                       "eval.episodes=1", "logging.progress_bar=false"])
+    train(cfg, tmp_path / "run")
+    events = EventAccumulator(str(tmp_path / "run" / "tb"))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert start.hparams["algo"].string_value == "outer_ppo_lr" and start.hparams["seed"].number_value == 0
+    assert start.hparams["algo.outer_optimizer.lr"].number_value == cfg.algo.outer_optimizer.lr
+    assert "hparams/final_eval_return_mean" in events.Tags()["scalars"]
