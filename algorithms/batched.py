@@ -16,7 +16,8 @@ they share is memory and calls:
   each seed shuffling its own valid samples with its own generator; minibatches are
   padded to the largest seed's size and masked, so every mean is over the seed's own
   rows; the loss, gradient and norm clip are the numpy backend's, with a leading seed
-  axis; each seed's own Adam steps its row.
+  axis; one Adam over the [seeds, parameters] array (elementwise: each seed's own Adam,
+  its state copied into the seed's optimizer for checkpoints).
 - Outer-PPO and HP3O: their update runs seed by seed (their own code, unchanged), with
   the global random state swapped to the seed's own around it.
 
@@ -32,8 +33,9 @@ import random
 
 import numpy as np
 import torch
+from torch import nn
 
-from algorithms.core import LOG_SQRT_2PI, Rollout
+from algorithms.core import LOG_SQRT_2PI, Rollout, make_optimizer
 from algorithms.numpy_backend import inside, log_softmax, min_branch_weight
 from algorithms.ppo import PPO, LOSS_KEYS, explained_variance
 
@@ -117,6 +119,14 @@ class SeedBatch:
         # PPO's own update is batched; any other algorithm's runs seed by seed.
         self.batched_update = all(type(a).update is PPO.update and type(a).minibatch_step is PPO.minibatch_step
                                   and type(a).optimize is PPO.optimize for a in algorithms)
+        if self.batched_update:
+            # One Adam over the [seeds, parameters] array: elementwise, so it is every seed's own Adam
+            # (same lr schedule and step count in lockstep) in one call. The seeds' own optimizers hold
+            # its state only in checkpoints (optimizer_to_seeds / optimizer_from_seeds).
+            cfg = algorithms[0].cfg
+            self.stacked_parameter = nn.Parameter(self.parameters)
+            self.stacked_parameter.grad = self.grads
+            self.optimizer = make_optimizer([self.stacked_parameter], "adam", lr=cfg.lr, eps=cfg.adam_eps)
 
     def __len__(self) -> int:
         return len(self.algorithms)
@@ -160,6 +170,28 @@ class SeedBatch:
                 stats.append(algorithm.update(rollout, iteration))
         return stats
 
+    def optimizer_from_seeds(self) -> None:
+        """The batch's Adam state from the seeds' own optimizers (after they loaded a checkpoint)."""
+        if not self.batched_update:
+            return
+        states = [a.optimizer.state.get(a.numpy_policy.flat_parameter) for a in self.algorithms]
+        self.optimizer.state.clear()
+        if all(states):
+            self.optimizer.state[self.stacked_parameter] = {
+                "step": states[0]["step"].clone(),
+                "exp_avg": torch.stack([s["exp_avg"] for s in states]),
+                "exp_avg_sq": torch.stack([s["exp_avg_sq"] for s in states])}
+
+    def optimizer_to_seeds(self) -> None:
+        """Each seed's optimizer state = its row of the batch's (before its checkpoint is written)."""
+        if not self.batched_update or self.stacked_parameter not in self.optimizer.state:
+            return
+        state = self.optimizer.state[self.stacked_parameter]
+        for index, algorithm in enumerate(self.algorithms):
+            algorithm.optimizer.state[algorithm.numpy_policy.flat_parameter] = {
+                "step": state["step"].clone(), "exp_avg": state["exp_avg"][index].clone(),
+                "exp_avg_sq": state["exp_avg_sq"][index].clone()}
+
     def ppo_update(self, rollouts: list[Rollout], iteration: int, active: list[bool]) -> list[dict | None]:
         """PPO.update for all seeds at once (PPO.optimize -> run_epochs -> minibatch_step, batched)."""
         algorithms = self.algorithms
@@ -167,8 +199,12 @@ class SeedBatch:
         lr = algorithms[0].annealed_lr(iteration)
         batches = []
         for algorithm, rollout in zip(algorithms, rollouts):
-            algorithm.set_lr(algorithm.optimizer, lr)
+            algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
             batches.append(algorithm.flatten_rollout(rollout))
+        algorithms[0].set_lr(self.optimizer, lr)
+        # a seed that stopped (non-finite) keeps its parameters: its gradient row is zeroed after each
+        # minibatch, and its Adam moments are frozen by restoring them (Adam moves a parameter on zero gradient)
+        stopped = [index for index, on in enumerate(active) if not on]
         counts = np.array([batch["obs"].shape[0] for batch in batches])
         largest = int(counts.max())
         num_minibatches = cfg.num_minibatches
@@ -191,9 +227,7 @@ class SeedBatch:
                 minibatch = {key: np.take_along_axis(value, rows.reshape(rows.shape + (1,) * (value.ndim - 2)), axis=1)
                              for key, value in shuffled.items()}
                 stats = self.minibatch_grads(minibatch, mask, cfg)
-                for algorithm, on in zip(algorithms, active):
-                    if on:
-                        algorithm.optimizer.step()
+                self.adam_step(stopped)
                 per_minibatch.append(stats)
         results = []
         for index, (batch, on) in enumerate(zip(batches, active)):
@@ -207,6 +241,19 @@ class SeedBatch:
             stats["lr"] = lr
             results.append(stats)
         return results
+
+    def adam_step(self, stopped: list[int]) -> None:
+        """One Adam step of every seed's row; rows of stopped seeds are left exactly as they were."""
+        if not stopped:
+            self.optimizer.step()
+            return
+        state = self.optimizer.state.get(self.stacked_parameter, {})
+        kept = {name: state[name][stopped].clone() for name in ("exp_avg", "exp_avg_sq") if name in state}
+        parameters = self.parameters[stopped].clone()
+        self.optimizer.step()
+        self.parameters[stopped] = parameters
+        for name, rows in kept.items():
+            self.optimizer.state[self.stacked_parameter][name][stopped] = rows
 
     def minibatch_grads(self, minibatch: dict[str, np.ndarray], mask: np.ndarray, cfg) -> dict[str, np.ndarray]:
         """NumpyActorCritic.minibatch_grads with a leading seed axis; rows where mask is 0 are padding.

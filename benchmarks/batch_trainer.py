@@ -372,6 +372,7 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
             run.start(checkpoint)
+        batch.optimizer_from_seeds()
         start_iteration = runs[0].start_iteration
         if start_iteration == 1 and cfg.eval.at_start:
             for run in runs:
@@ -446,6 +447,7 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
                                                or iteration == num_iterations):
                     lockstep_envs.to_layers()
+                    batch.optimizer_to_seeds()
                     for run in runs:
                         if run.active:
                             run.write_checkpoint(iteration)
