@@ -231,6 +231,8 @@ def validate_config(cfg: DictConfig) -> None:
         if not check(value):
             errors.append(f"{key} must be {allowed}, got {value!r}")
 
+    errors += _unknown_keys(data, COMMON_RULES + PPO_RULES + ALGORITHM_RULES[kind])
+
     hparams = data.get("env", {}).get("hparams", {})
     for hparam, value in (hparams.items() if isinstance(hparams, dict) else []):
         if hparam not in ENV_HPARAM_RULES:
@@ -245,6 +247,34 @@ def validate_config(cfg: DictConfig) -> None:
         errors += _cross_checks(data)
     if errors:
         raise ConfigError("\n".join(errors))
+
+
+# Lookup tables an experiment config reads through interpolation (what they feed is checked where it lands).
+HELPER_KEYS = {"ci_budget"}  # conf/experiment/regression_ci.yaml: per-task budget of the CI suite
+
+
+def leaf_keys(node: dict, prefix: str = ""):
+    """Dotted keys of every non-mapping value."""
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from leaf_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
+    """A key no rule knows is a typo (`+algo.clip_coeff=0.1`) or belongs to no algorithm here: refused,
+    never silently ignored. env.hparams.* and env.tuned.* are checked where they are read."""
+    known = {key for key, _, _ in rules} | {"algo.algorithm", "env.hparams"} | HELPER_KEYS
+    errors = []
+    for key in leaf_keys(data):
+        if not any(key == k or key.startswith(k + ".") for k in known):
+            section = key.rsplit(".", 1)[0] if "." in key else None
+            siblings = sorted(k.rsplit(".", 1)[1] for k in known if section and k.startswith(section + ".")
+                              and k.count(".") == key.count("."))
+            hint = f" (keys of {section}: {', '.join(siblings)})" if siblings else ""
+            errors.append(f"{key} is not a key of this config: a typo, or a key of another algorithm{hint}")
+    return errors
 
 
 def _cross_checks(data: dict) -> list[str]:

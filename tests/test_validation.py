@@ -86,6 +86,11 @@ BAD_CONFIGS = [
     (["algo=hp3o", "algo.minibatch_size=0"], "algo.minibatch_size must be an integer >= 1, got 0"),
     (["algo=hp3o_plus", "algo.baseline_distance_threshold=0"],
      "algo.baseline_distance_threshold must be a number > 0, got 0"),
+    # keys no rule knows: a typo is refused, never silently ignored
+    (["+algo.clip_coeff=0.1"], "algo.clip_coeff is not a key of this config: a typo, or a key of another algorithm "
+                               "(keys of algo: adam_eps, algorithm, anneal_lr, backend, clip_coef,"),
+    (["+foo=1"], "foo is not a key of this config"),
+    (["algo=ppo", "+algo.outer_optimizer.lr=0.1"], "algo.outer_optimizer.lr is not a key of this config"),
 ]
 
 
