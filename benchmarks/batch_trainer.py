@@ -44,6 +44,7 @@ from benchmarks.trainer import (
     git_commit,
     load_checkpoint,
     numbers_relevant,
+    read_checkpoint,
     save_checkpoint,
     seed_everything,
     versions,
@@ -343,7 +344,7 @@ def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     chosen = []
     for run, checkpoint in zip(runs, newest):
         if checkpoint["iteration"] != target:
-            checkpoint = torch.load(run.run_dir / CHECKPOINT_FILES[1], weights_only=True)
+            checkpoint = read_checkpoint(run.run_dir / CHECKPOINT_FILES[1])
             if checkpoint.get("iteration") != target:
                 raise CheckpointError(f"{run.run_dir}: no checkpoint at iteration {target}, where the batch's "
                                       f"other seeds stand; delete the batch's run directories to start over")

@@ -19,12 +19,12 @@ from omegaconf import OmegaConf
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
 from benchmarks.envs import make_vector_env, space_dims
-from benchmarks.trainer import Evaluator
+from benchmarks.trainer import Evaluator, read_checkpoint
 
 
 def load_agent(checkpoint_path: Path):
     """(algorithm, obs_normalizer, config) restored from a checkpoint."""
-    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint = read_checkpoint(checkpoint_path)
     cfg = OmegaConf.create(checkpoint["config"])
     probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False)
     obs_dim, action_dim, discrete, _ = space_dims(probe)

@@ -6,6 +6,8 @@ touches envs, files or Hydra.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import os
 import platform
@@ -168,7 +170,7 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         if not path.exists():
             continue
         try:
-            checkpoint = torch.load(path, weights_only=True)
+            checkpoint = read_checkpoint(path)
             if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
                 raise ValueError(f"not a format-{CHECKPOINT_FORMAT} checkpoint")
         except Exception as error:  # torch raises several types for a damaged zip/pickle
@@ -179,6 +181,13 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
                                   f"or delete this one")
         for problem in problems:
             print(f"warning: {problem}; resuming from {name}", file=sys.stderr)
+        if problems and name == CHECKPOINT_FILES[1]:
+            # The damaged newest is set aside and the good one takes its place, so that the next save
+            # rotates a good checkpoint into the fallback slot, not the damaged one.
+            newest = run_dir / CHECKPOINT_FILES[0]
+            if newest.exists():
+                os.replace(newest, run_dir / (CHECKPOINT_FILES[0] + ".damaged"))
+            os.replace(path, newest)
         return checkpoint
     if problems:
         raise CheckpointError(f"{run_dir}: " + "; ".join(problems) + ". Delete the run directory to start over")
@@ -190,7 +199,7 @@ def save_checkpoint(checkpoint: dict, run_dir: Path) -> None:
     newest, previous = (run_dir / name for name in CHECKPOINT_FILES)
     if newest.exists():
         os.replace(newest, previous)
-    save_atomic(checkpoint, newest)
+    save_checkpoint_file(checkpoint, newest)
 
 
 def rng_states() -> dict:
@@ -433,6 +442,26 @@ def save_atomic(obj, path: Path) -> None:
     tmp = Path(str(path) + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
+    """The checkpoint serialised, with the SHA-256 of its bytes beside it in the same file (atomic):
+    flipped bytes that torch.load would still read are caught by read_checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    payload = buffer.getvalue()
+    save_atomic({"sha256": hashlib.sha256(payload).hexdigest(), "payload": payload}, path)
+
+
+def read_checkpoint(path: Path) -> dict:
+    """save_checkpoint_file's inverse; ValueError if the bytes do not match their digest.
+    (Checkpoints written before the digest existed are the checkpoint itself, read as they are.)"""
+    stored = torch.load(path, weights_only=True)
+    if isinstance(stored, dict) and set(stored) == {"sha256", "payload"}:
+        if hashlib.sha256(stored["payload"]).hexdigest() != stored["sha256"]:
+            raise ValueError("its bytes do not match their SHA-256 digest (damaged on disk)")
+        return torch.load(io.BytesIO(stored["payload"]), weights_only=True)
+    return stored
 
 
 def versions() -> dict:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.batch_trainer import train_batch
-from benchmarks.trainer import compose_config, train
+from benchmarks.trainer import compose_config, read_checkpoint, train
 from tests.conftest import ROOT
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
@@ -36,8 +36,8 @@ def test_seed_i_of_a_batch_takes_the_first_update_seed_i_takes_alone(env, algo, 
     train_batch(batch_cfg, [tmp_path / "batch" / f"seed{seed}" for seed in (3, 7, 11)])
     for seed in (3, 11):
         train(compose_config([*overrides, f"seed={seed}"]), tmp_path / f"alone{seed}")
-        alone = torch.load(tmp_path / f"alone{seed}" / "checkpoint.pt", weights_only=True)
-        batched = torch.load(tmp_path / "batch" / f"seed{seed}" / "checkpoint.pt", weights_only=True)
+        alone = read_checkpoint(tmp_path / f"alone{seed}" / "checkpoint.pt")
+        batched = read_checkpoint(tmp_path / "batch" / f"seed{seed}" / "checkpoint.pt")
         for name, value in alone["algorithm"]["policy"].items():
             torch.testing.assert_close(batched["algorithm"]["policy"][name], value, rtol=0, atol=1e-5,
                                        msg=lambda text: f"seed {seed}, {name}: {text}")
@@ -49,7 +49,7 @@ def test_seed_i_of_a_batch_takes_the_first_update_seed_i_takes_alone(env, algo, 
         summary = json.loads((tmp_path / "batch" / f"seed{seed}" / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["batched"]["seeds"] == [3, 7, 11]
     # the seeds of a batch are different runs, not copies of one
-    first, last = (torch.load(tmp_path / "batch" / f"seed{s}" / "checkpoint.pt", weights_only=True)["algorithm"]["policy"]
+    first, last = (read_checkpoint(tmp_path / "batch" / f"seed{s}" / "checkpoint.pt")["algorithm"]["policy"]
                    for s in (3, 11))
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
 
@@ -69,7 +69,7 @@ def test_sigkill_mid_batch_then_rerun_logs_the_uninterrupted_numbers_for_every_s
     victim.wait()
     # A kill can land between two seeds' checkpoint writes, leaving a seed one checkpoint behind the others;
     # if this one did not, seed 1 is put there.
-    newest = [torch.load(path, weights_only=True)["iteration"] if path.exists() else None  # None: killed mid-write
+    newest = [read_checkpoint(path)["iteration"] if path.exists() else None  # None: killed mid-write
               for path in (tmp_path / "killed" / f"seed{s}" / "checkpoint.pt" for s in range(3))]
     if len(set(newest)) == 1 and None not in newest:
         seed1 = tmp_path / "killed" / "seed1"

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from algorithms.core import Rollout
 from algorithms.hp3o import HP3O, Trajectory, TrajectoryBuffer
-from benchmarks.trainer import train
+from benchmarks.trainer import read_checkpoint, train
 from benchmarks.validate import ConfigError, validate_config
 
 ROUNDING = 4 * torch.finfo(torch.float32).eps  # a few float32 ulps around 1
@@ -393,7 +393,7 @@ def test_presets_compose_and_run(preset, env_name, rollouts, tmp_path):
         assert log[column].notna().all(), column
     assert log["baseline_replaced_fraction"].notna().all() == (preset == "hp3o_plus")
 
-    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    checkpoint = read_checkpoint(tmp_path / "checkpoint.pt")
     saved = checkpoint["algorithm"]
     obs_dim, action_dim, discrete = TASK_DIMS[env_name]
     restored = HP3O(obs_dim, action_dim, discrete, cfg.algo, num_iterations=rollouts)

@@ -22,7 +22,7 @@ from algorithms.ppo import PPO
 from benchmarks.env_state import load_vector_env_state, vector_env_state
 from benchmarks.envs import make_vector_env
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import CheckpointError, NonFiniteError, train
+from benchmarks.trainer import CheckpointError, NonFiniteError, read_checkpoint, train
 from tests.conftest import QUIET, ROOT
 
 TIMING = ("wall_time", "sps", "rollout_time", "update_time")
@@ -102,7 +102,7 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
     stopped_at = summary["env_steps"]
     # The only checkpoint is the signal's (the periodic interval is never reached).
-    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["env_steps"] == stopped_at
+    assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["env_steps"] == stopped_at
 
     resumed = launch(overrides, tmp_path / "run")
     _, stderr = resumed.communicate()
@@ -119,7 +119,7 @@ def test_sigusr1_from_slurm_checkpoints_and_stops_the_run_like_sigterm(tmp_path)
     assert victim.returncode == 128 + signal.SIGUSR1, stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGUSR1"
-    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    checkpoint = read_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert checkpoint["env_steps"] == summary["env_steps"]
     assert len(checkpoint["algorithm"]["buffer"]["trajectories"]) > 0, "HP3O's buffer travels with the checkpoint"
     rows = pd.read_csv(tmp_path / "run" / "train.csv")
@@ -134,7 +134,7 @@ def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(ma
     calls = []
 
     def launcher_handler(signum, frame):  # stands in for submitit's checkpoint_and_try_requeue
-        calls.append(torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["iteration"])
+        calls.append(read_checkpoint(tmp_path / "run" / "checkpoint.pt")["iteration"])
         raise SystemExit(-1)
 
     original_update = PPO.update
@@ -171,6 +171,27 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(make_config,
     err = capfd.readouterr().err
     assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err
     assert_same_metrics(tmp_path / "reference", run)
+
+
+def test_a_checkpoint_with_flipped_bytes_is_caught_and_the_previous_one_takes_its_place(make_config, tmp_path,
+                                                                                         capfd):
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path / "reference")
+    train(cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    (run / "summary.json").unlink()
+    newest = run / "checkpoint.pt"
+    data = bytearray(newest.read_bytes())
+    middle = len(data) // 2  # inside the serialised payload: torch.load alone would read it without complaint
+    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    newest.write_bytes(bytes(data))
+    train(cfg, run)
+    err = capfd.readouterr().err
+    assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err
+    assert_same_metrics(tmp_path / "reference", run)
+    # the damaged file was set aside, so the fallback slot now holds a good checkpoint, not it
+    assert (run / "checkpoint.pt.damaged").read_bytes() == bytes(data)
+    read_checkpoint(run / "checkpoint.prev.pt")
 
 
 def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(tmp_path):
@@ -223,7 +244,7 @@ def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, 
         train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "non-finite" in summary["error"]
-    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    checkpoint = read_checkpoint(tmp_path / "checkpoint.pt")
     assert checkpoint["iteration"] == 2
     assert all(torch.isfinite(p).all() for p in checkpoint["algorithm"]["policy"].values())
     assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1, 2]

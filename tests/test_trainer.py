@@ -9,7 +9,7 @@ from conftest import QUIET, ROOT
 
 from algorithms.core import Rollout
 from algorithms.ppo import PPO
-from benchmarks.trainer import train
+from benchmarks.trainer import read_checkpoint, train
 
 ENV_NAMES = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
@@ -29,7 +29,7 @@ def test_every_task_composes_and_runs_one_iteration(env_name, make_config, tmp_p
     train_log = pd.read_csv(tmp_path / "train.csv")
     assert len(train_log) == 1 and train_log["env_steps"].iloc[0] == one_rollout
     assert pd.read_csv(tmp_path / "eval.csv")["eval_return_mean"].notna().all()
-    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    checkpoint = read_checkpoint(tmp_path / "checkpoint.pt")
     assert {"algorithm", "obs_normalizer", "reward_scaler"} <= set(checkpoint)
 
 
