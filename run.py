@@ -33,6 +33,7 @@ def main(cfg: DictConfig) -> float | None:
     from benchmarks.trainer import (
         CheckpointError,
         NonFiniteError,
+        RunLockedError,
         TrainingInterrupted,
         train,
     )
@@ -63,6 +64,9 @@ def main(cfg: DictConfig) -> float | None:
         # Preemption stops the whole sweep, not just this job; rerunning the command resumes.
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
+    except RunLockedError as error:  # the other process's run: nothing of it is touched
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
     except Exception as error:
         # The failure is recorded in the job's own directory (train() records its own). In a
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
@@ -89,7 +93,7 @@ def main(cfg: DictConfig) -> float | None:
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/batch_trainer.py)."""
     from benchmarks.batch_trainer import seed_config, seed_run_dirs, train_batch
-    from benchmarks.trainer import CheckpointError, NonFiniteError, TrainingInterrupted
+    from benchmarks.trainer import CheckpointError, NonFiniteError, RunLockedError, TrainingInterrupted
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
     finals = {}
@@ -108,6 +112,9 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         except TrainingInterrupted as interrupt:
             print(f"interrupted: {job_dir.parent}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
+        except RunLockedError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(1)
         except (NonFiniteError, CheckpointError) as error:
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {job_dir.parent}: {error}", file=sys.stderr)

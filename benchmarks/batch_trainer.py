@@ -15,7 +15,7 @@ each seed's numbers equal an uninterrupted batched run's.
 
 from __future__ import annotations
 
-import math
+import contextlib
 import signal
 import sys
 import time
@@ -45,6 +45,7 @@ from benchmarks.trainer import (
     load_checkpoint,
     numbers_relevant,
     read_checkpoint,
+    run_lock,
     save_checkpoint,
     seed_everything,
     versions,
@@ -356,6 +357,14 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
     """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
     run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone)."""
     seeds = list(cfg.seeds) if seeds is None else list(seeds)
+    with contextlib.ExitStack() as locks:
+        for run_dir in run_dirs:
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
+            locks.enter_context(run_lock(Path(run_dir)))
+        return train_batch_locked(cfg, run_dirs, seeds)
+
+
+def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)

@@ -6,6 +6,7 @@ touches envs, files or Hydra.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import math
@@ -229,14 +230,52 @@ def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None
             raise NonFiniteError(f"non-finite parameter {name} {where}; the last good checkpoint is kept")
 
 
+class RunLockedError(RuntimeError):
+    """Another live process is training in this run directory."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """Hold run_dir/.lock for as long as this process trains there; a second process is refused.
+
+    flock: the kernel releases it when the holder exits, however it exits (kill -9 included),
+    so a stale lock never blocks a resume.
+    """
+    import fcntl
+
+    handle = open(run_dir / ".lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
+                             f"finish, or choose another run directory") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
 def train(cfg: DictConfig, run_dir: Path) -> dict:
     """Train one (algo, env, seed) for cfg.total_steps env steps; write logs to run_dir; return the summary.
 
     If run_dir holds a checkpoint of the same config, training resumes from
-    it and logs exactly what an uninterrupted run would have logged.
+    it and logs exactly what an uninterrupted run would have logged. One process
+    at a time per run directory (run_lock).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):
+        return train_locked(cfg, run_dir)
+
+
+def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     commit = git_commit()  # at start: the code this process actually loaded
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)

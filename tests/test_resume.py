@@ -194,6 +194,24 @@ def test_a_checkpoint_with_flipped_bytes_is_caught_and_the_previous_one_takes_it
     read_checkpoint(run / "checkpoint.prev.pt")
 
 
+def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothing(tmp_path):
+    run, longer = tmp_path / "run", ["algo=ppo", *SMALL_RUN, "total_steps=40960"]  # still running when the second comes
+    first = launch(longer, run)
+    wait_for_rows(run, 2, first)
+    files_before = {path: path.read_bytes() for path in run.glob("*.csv")}
+    second = launch(longer, run)
+    _, stderr = second.communicate()
+    assert second.returncode == 1
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "is being trained by another process (pid" in error_lines[0], stderr
+    assert "Traceback" not in stderr and not (run / "summary.json").exists()
+    for path, content in files_before.items():  # the first run's logs only grew
+        assert path.read_bytes().startswith(content)
+    assert first.wait() == 0
+    assert json.loads((run / "summary.json").read_text())["status"] == "complete"
+    assert pd.read_csv(run / "eval.csv")["env_steps"].is_monotonic_increasing
+
+
 def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(tmp_path):
     run = tmp_path / "run"
     process = launch(["algo=ppo", *SMALL_RUN], run)
