@@ -148,7 +148,9 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
 
 def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
     shown = pd.DataFrame({
-        "task": table["task"], "algo": table["algo"], "seeds": table["seeds"], "env steps": table["env_steps"],
+        "task": table["task"], "algo": table["algo"],
+        "seeds": table["seeds"].map(lambda n: f"{n}" if n >= MIN_SEEDS_FOR_CI else f"{n} (<{MIN_SEEDS_FOR_CI}: CIs unreliable)"),
+        "env steps": table["env_steps"],
         "final return (mean [95% CI])": [f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in
                                          zip(table["final_mean"], table["final_ci_low"], table["final_ci_high"])],
         "final std": table["final_std"].map(lambda v: f"{v:.1f}"),
@@ -171,7 +173,9 @@ def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
         f"stochastic policy); us/step = training wall time per env step (evaluation excluded); "
-        f"P(improve over PPO) = rliable's probability of improvement on the final return, stratified bootstrap CI.\n\n"
+        f"P(improve over PPO) = rliable's probability of improvement on the final return, stratified bootstrap CI. "
+        f"With fewer than {MIN_SEEDS_FOR_CI} seeds a bootstrap CI is little more than the seeds' own range: such "
+        f"rows are marked.\n\n"
     )
     return header + shown.to_markdown(index=False) + "\n"
 
