@@ -1,6 +1,6 @@
 """PPO's hot path in numpy: acting, and one minibatch's loss with its hand-derived gradient.
 
-Opt-in with `algo.backend=numpy` (default `torch`). Why it exists: the networks
+`algo.backend=numpy`, the default (`algo.backend=torch`: autograd). Why it exists: the networks
 are tiny (64x64 MLPs), so at a batch of 1 (acting) or 64 (a minibatch) the
 time goes to per-operation overhead, not arithmetic: torch's dispatch and
 autograd bookkeeping cost more per call than numpy's. On HalfCheetah the
@@ -25,8 +25,10 @@ What stays the same:
 
 What differs: float rounding (numpy's BLAS sums in another order than torch's),
 so the same seed gives a different - statistically equivalent - curve than the
-torch backend. That is why it is not the default: every committed result was
-made with `backend=torch` and reproduces bit for bit.
+torch backend. The suites committed before this became the default were made
+with `backend=torch` (their experiment files pin it) and reproduce bit for bit there.
+An algorithm that changes PPO's minibatch loss (overrides minibatch_step) is refused
+on this backend, at config time and in PPO.__init__.
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ def synthetic_rollout(algorithm, obs_dim: int, num_steps: int = 16, num_envs: in
 
 def build_outer(*overrides: str, obs_dim: int = 4, action_dim: int = 2, num_iterations: int = 10,
                 algorithm_class=OuterPPO):
-    cfg = make_config(*overrides)
+    """The torch backend unless the overrides say otherwise: these tests redo autograd updates by hand."""
+    cfg = make_config("algo.backend=torch", *overrides)
     validate_config(cfg)
     return algorithm_class(obs_dim, action_dim, True, cfg.algo, num_iterations)
 

@@ -9,7 +9,7 @@ from benchmarks.trainer import train
 
 def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    train(make_config(["env=CartPole", "algo=ppo", "seed=3", "total_steps=2048", *QUIET]), run_dir)
+    train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048", *QUIET]), run_dir)
 
     with pytest.raises(SystemExit) as same:
         reproduce_main([str(run_dir)])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import optuna
+from omegaconf import OmegaConf
 import pandas as pd
 import pytest
 from conftest import ROOT
@@ -150,9 +151,10 @@ def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values()
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=["hydra/sweeper=tune", "+tune=mujoco_300k", "algo=outer_ppo"])
-    # trials run the final evaluation's budget, from the values of this round (the family defaults until applied)
+    # trials run the final evaluation's budget, from the values of this round's values file
+    values = OmegaConf.load(ROOT / "conf" / "tuning" / "mujoco_300k.yaml")
     assert cfg.total_steps == 300000 and cfg.eval.every_steps == 25000
-    assert cfg.algo.lr == 3e-4 and cfg.algo.outer_optimizer.lr == 1e-3
+    assert cfg.algo.lr == values.hparams.lr and cfg.algo.outer_optimizer.lr == values.tuned.outer_ppo.outer_lr
 
 
 def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):

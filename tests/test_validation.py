@@ -118,7 +118,7 @@ def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(make
             return super().minibatch_step(minibatch, optimizer)
 
     monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", ChangedLoss)
-    validate_config(make_config(["env=CartPole", "algo=ppo"]))  # the torch backend computes any loss
+    validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch"]))  # torch computes any loss
     with pytest.raises(ConfigError) as raised:
         validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
     assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss overrides "
