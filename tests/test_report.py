@@ -98,12 +98,19 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     suite = tmp_path / "runs" / "mixed"
     good = suite / "CartPole" / "ppo" / "seed0"
     train(make_config(["env=CartPole", "algo=ppo", "total_steps=1024", "eval.every_steps=512", *QUIET]), good)
-    for name in ("seed1", "seed2", "seed3", "seed4"):
+    for name in ("seed1", "seed2", "seed3", "seed4", "seed5", "seed6", "seed7", "seed8", "seed9"):
         shutil.copytree(good, good.parent / name)
     (good.parent / "seed1" / "summary.json").write_text(json.dumps({"status": "failed", "error": "NonFiniteError: x"}))
     (good.parent / "seed2" / "summary.json").unlink()  # killed: resumable
     (good.parent / "seed3" / "summary.json").write_text('{"status": "comp')  # torn write
     (good.parent / "seed4" / "eval.csv").unlink()
+    (good.parent / "seed5" / "summary.json").write_text('{"status": "complete"}')  # what the readers need is gone
+    (good.parent / "seed6" / "summary.json").write_text("[1, 2, 3]")
+    with (good.parent / "seed7" / "train.csv").open("a") as log:
+        log.write("garbage,rows\nmore,garbage,here\n")
+    (good.parent / "seed8" / "train.csv").write_text("something else entirely\n1\n")
+    with (good.parent / "seed9" / "eval.csv").open("a") as log:
+        log.write("x,y,z\n")
     with (good / "eval.csv").open("a") as log:
         log.write("1536,3,0.5,20")  # a half-written last row is dropped, not a reason to skip
     report_main([str(suite), "--out", str(tmp_path / "out")])
@@ -112,6 +119,11 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     assert "skipped CartPole/ppo/seed2: partial: no summary.json" in out
     assert "skipped CartPole/ppo/seed3: corrupt summary.json (JSONDecodeError)" in out
     assert "skipped CartPole/ppo/seed4: corrupt logs (FileNotFoundError" in out
+    assert "skipped CartPole/ppo/seed5: corrupt summary.json (missing env, algo, seed" in out
+    assert "skipped CartPole/ppo/seed6: corrupt summary.json (not a mapping)" in out
+    assert "skipped CartPole/ppo/seed7: corrupt logs (ValueError: train.csv: column env_steps is not numeric" in out
+    assert "skipped CartPole/ppo/seed8: corrupt logs (ValueError: train.csv lacks env_steps" in out
+    assert "skipped CartPole/ppo/seed9: corrupt logs (ValueError: eval.csv: column env_steps is not numeric" in out
     assert "mixed: 1 runs" in out
 
 
