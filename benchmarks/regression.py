@@ -86,6 +86,15 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
     return pd.DataFrame(rows)
 
 
+def directory_problem(path: Path) -> str | None:
+    """What makes `path` unusable as a directory of runs, or None."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_dir():
+        return "is not a directory"
+    return None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, required=True, help="directory of reference runs")
@@ -94,12 +103,33 @@ def main(argv=None) -> int:
     parser.add_argument("--min-effect", type=float, default=0.2,
                         help="smallest drop that counts, as a fraction of the reference's learning progress")
     parser.add_argument("--resamples", type=int, default=10_000)
+    parser.add_argument("--tasks", nargs="+", help="only these tasks (conf/env names), e.g. CartPole")
+    parser.add_argument("--algos", nargs="+", help="only these presets, e.g. ppo hp3o")
     args = parser.parse_args(argv)
-    reference_runs = load_runs(args.reference)
+    for role, path in (("reference", args.reference), ("candidate", args.candidate)):
+        problem = directory_problem(path)
+        if problem:
+            print(f"error: --{role} {path}: {problem}", file=sys.stderr)
+            return 2
+
+    def selected(runs: list[dict]) -> list[dict]:
+        return [run for run in runs if (not args.tasks or run["env"] in args.tasks)
+                and (not args.algos or run["algo"] in args.algos)]
+
+    reference_runs = selected(load_runs(args.reference))
     if not reference_runs:
-        print(f"no complete reference runs under {args.reference}", file=sys.stderr)
+        print(f"error: --reference {args.reference}: no complete reference runs"
+              f"{' for the selected tasks/algos' if args.tasks or args.algos else ''}", file=sys.stderr)
         return 2
-    table = compare(reference_runs, load_runs(args.candidate), args.alpha, args.min_effect, args.resamples)
+    candidate_skipped: list = []
+    candidate_runs = selected(load_runs(args.candidate, candidate_skipped))
+    if not candidate_runs and not candidate_skipped:
+        print(f"error: --candidate {args.candidate}: holds no runs (no summary.json or train.csv under it)",
+              file=sys.stderr)
+        return 2
+    for run_dir, reason in candidate_skipped:
+        print(f"candidate run not used: {run_dir}: {reason}")
+    table = compare(reference_runs, candidate_runs, args.alpha, args.min_effect, args.resamples)
     print(table.to_string(index=False))
     failed = table[table["verdict"] != "ok"]
     print(f"\nalpha {args.alpha} (one-sided bootstrap, {args.resamples} resamples), min effect {args.min_effect} "

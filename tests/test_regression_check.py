@@ -100,9 +100,31 @@ def test_check_fails_on_an_injected_bug(inject, env, tmp_path, monkeypatch):
 
 
 def test_command_exits_nonzero_on_a_missing_run(tmp_path, capsys):
-    # An empty candidate directory: every reference (env, algo) is MISSING.
+    # A candidate with CartPole's runs only: every Pendulum (env, algo) is MISSING.
+    import shutil
+
+    shutil.copytree(REFERENCE / "CartPole", tmp_path / "CartPole")
     assert regression_main(["--reference", str(REFERENCE), "--candidate", str(tmp_path)]) == 1
-    assert "MISSING" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "MISSING" in out and "7 failing of 21 rows" in out  # 7 CartPole presets x 2 metrics + 7 MISSING
+
+
+@pytest.mark.parametrize("make_candidate,message", [
+    (lambda path: path / "nothing", "does not exist"),
+    (lambda path: [(path / "file").write_text("x"), path / "file"][1], "is not a directory"),
+    (lambda path: path, "holds no runs (no summary.json or train.csv under it)"),
+])
+def test_a_candidate_that_is_not_a_directory_of_runs_is_named_as_such(make_candidate, message, tmp_path, capsys):
+    candidate = make_candidate(tmp_path)
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(candidate)]) == 2
+    assert capsys.readouterr().err == f"error: --candidate {candidate}: {message}\n"
+
+
+def test_one_cell_can_be_checked_alone(capsys):
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(REFERENCE),
+                            "--tasks", "CartPole", "--algos", "hp3o"]) == 0
+    out = capsys.readouterr().out
+    assert "0 failing of 2 rows" in out and "Pendulum" not in out  # its two metrics: AUC, final return
 
 
 def test_command_passes_the_reference_against_itself(capsys):
