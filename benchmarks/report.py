@@ -15,6 +15,8 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
     <out>/tables/<suite>_aggregate.*     across tasks, on normalised scores (random_score and
                                          reference_score of conf/env): rliable's IQM, mean,
                                          optimality gap with stratified-bootstrap CIs, P(improve over PPO)
+    <out>/plots/<suite>_aggregate.png    the aggregate table as rliable's figure set: IQM, mean, optimality gap,
+                                         P(improve over PPO) with 95% CIs, and the performance profile
     <out>/plots/<suite>_wall_time.*      training wall time per env step per algorithm
     <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
 Statistics use fixed random states, so the tables regenerate byte-identically.
@@ -363,6 +365,63 @@ def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
     return table
 
 
+def plot_aggregate(table: pd.DataFrame, runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    """rliable's figure set for a suite, from its aggregate table: IQM, mean, optimality gap and P(improve over
+    PPO) of normalised final scores with their stratified-bootstrap 95% CIs, and the performance profile
+    (fraction of runs scoring above tau, with 95% CIs). One colour per algorithm as everywhere."""
+    import matplotlib.pyplot as plt
+    from rliable import library as rly
+
+    matrices, tasks = normalised_final_scores(runs)
+    algos = sorted(matrices, key=lambda a: (a != "ppo", a))
+    fig, axes = plt.subplots(1, 5, figsize=(17.0, 0.45 * len(algos) + 1.9),
+                             gridspec_kw={"width_ratios": [1, 1, 1, 1, 1.5]})
+    rows = {row["algo"]: row for _, row in table.iterrows()}
+    panels = [("iqm", "IQM"), ("mean", "mean"), ("optimality_gap", "optimality gap (lower is better)"),
+              ("poi", "P(improve over PPO)")]
+    for ax, (name, label) in zip(axes, panels):
+        for position, algo in enumerate(algos):
+            row = rows[algo]
+            key = "poi_vs_ppo" if name == "poi" else name
+            if key not in row or pd.isna(row[key]):
+                continue
+            low, high = (row["poi_ci_low"], row["poi_ci_high"]) if name == "poi" else \
+                (row[f"{name}_ci_low"], row[f"{name}_ci_high"])
+            color = algo_color(algo)
+            ax.barh(position, high - low, left=low, height=0.6, color=color, alpha=0.35)
+            ax.plot([row[key]] * 2, [position - 0.3, position + 0.3], color=color, linewidth=2.0)
+        if name == "poi":
+            ax.axvline(0.5, color="#777777", linestyle="--", linewidth=0.8)
+            ax.set_xlim(0.0, 1.0)
+        ax.set_yticks(range(len(algos)))
+        ax.set_yticklabels(algos if ax is axes[0] else [], fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(labelsize=7)
+        ax.invert_yaxis()
+    # performance profile: fraction of runs (all tasks x seeds) with normalised score > tau
+    taus = np.linspace(min(m.min() for m in matrices.values()) - 0.05, max(m.max() for m in matrices.values()) + 0.05, 60)
+    np.random.seed(0)
+    profiles, profile_cis = rly.create_performance_profile({a: matrices[a] for a in algos}, taus,
+                                                           reps=BOOTSTRAP_RESAMPLES // 4)
+    ax = axes[-1]
+    for algo in algos:
+        color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+        ax.plot(taus, profiles[algo], color=color, linewidth=1.8 if algo == "ppo" else 1.3, label=algo)
+        ax.fill_between(taus, profile_cis[algo][0], profile_cis[algo][1], color=color, alpha=0.15, linewidth=0)
+    ax.set_title("performance profile: fraction of runs with score > tau", fontsize=9)
+    ax.set_xlabel("normalised final score tau", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    seeds = sorted({m.shape[0] for m in matrices.values()})
+    small = " - fewer than 5 seeds: CIs unreliable" if min(seeds) < MIN_SEEDS_FOR_CI else ""
+    fig.suptitle(f"{suite}: normalised final scores over {len(tasks)} tasks ({', '.join(tasks)}), "
+                 f"{'/'.join(map(str, seeds))} seeds per task, {budget_text(runs)} steps; 95% stratified-bootstrap "
+                 f"CIs (rliable){small}", fontsize=9)
+    return save_figure(fig, plots_dir / f"{suite}_aggregate", suffixes=(".png",), dpi=110)
+
+
 def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
     def interval(name):
         return [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
@@ -486,8 +545,12 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     if aggregate is not None:
         aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
         (out / "tables" / f"{suite}_aggregate.md").write_text(aggregate_markdown(aggregate, suite))
+        if len(aggregate) > 1:
+            aggregate_plots = plot_aggregate(aggregate, runs, suite, out / "plots")
+        else:
+            aggregate_plots = []
     plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
-             + plot_wall_time(table, suite, out / "plots"))
+             + plot_wall_time(table, suite, out / "plots") + (aggregate_plots if aggregate is not None else []))
     print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 

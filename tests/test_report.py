@@ -38,6 +38,8 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
                        tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
     assert (tmp_path / "a" / "plots" / "tiny_suite_wall_time.png").exists()
     # the variant-against-PPO panels: regenerate byte-identically, mark n < 5, use the algorithm's own colour
+    aggregate_figure = tmp_path / "a" / "plots" / "tiny_suite_aggregate.png"  # rliable's figure set
+    assert filecmp.cmp(aggregate_figure, tmp_path / "b" / "plots" / aggregate_figure.name, shallow=False)
     versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
     assert filecmp.cmp(versus, tmp_path / "b" / "plots" / versus.name, shallow=False)
     svg = (tmp_path / "a" / "plots" / "tiny_suite_CartPole.svg").read_text()
