@@ -1,7 +1,8 @@
 """Stored runs -> result tables and plots. Never trains.
 
-    python -m benchmarks.report                         # every suite under results/runs
-    python -m benchmarks.report results/runs/variants_halfcheetah --out results
+    python -m benchmarks.report                         # every suite under results/runs, into results/
+    python -m benchmarks.report /tmp/my_sweep           # your own sweep: into /tmp/my_sweep/report/
+    python -m benchmarks.report /tmp/my_sweep --out somewhere
 
 For each suite directory (a sweep's hydra.sweep.dir) it writes
     <out>/tables/<suite>.md and .csv     per (task, algorithm): seeds, budget, final return mean,
@@ -148,7 +149,8 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
     return table
 
 
-def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
+def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None) -> str:
+    suite_path = suite_path or f"results/runs/{suite}"
     shown = pd.DataFrame({
         "task": table["task"], "algo": table["algo"],
         "seeds": table["seeds"].map(lambda n: f"{n}" if n >= MIN_SEEDS_FOR_CI else f"{n} (<{MIN_SEEDS_FOR_CI}: CIs unreliable)"),
@@ -170,7 +172,7 @@ def markdown(table: pd.DataFrame, suite: str, command: str) -> str:
     })
     header = (
         f"# {suite}\n\n"
-        f"Made by `{command}`; table by `python -m benchmarks.report results/runs/{suite}`.\n"
+        f"Made by `{command}`; table by `python -m benchmarks.report {suite_path}`.\n"
         f"Final return: deterministic evaluation at the end of training (10 episodes per seed), mean over seeds "
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
@@ -496,9 +498,10 @@ def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Pat
 def suite_command(suite_dir: Path) -> str:
     """The sweep command, rebuilt from Hydra's multirun.yaml.
 
-    Overrides of `algo`, `seed` and of any key the experiment sweeps itself
-    are left out: a suite may have been run in parts (subsets of the
-    experiment's own grid), and the experiment file lists the whole grid.
+    Overrides of a key the experiment sweeps itself are left out: a suite may
+    have been run in parts (subsets of the experiment's own grid), and the
+    experiment file lists the whole grid. Every other override is kept, so the
+    command trains what the suite holds.
     """
     from omegaconf import OmegaConf
 
@@ -509,7 +512,7 @@ def suite_command(suite_dir: Path) -> str:
         return "; ".join(commands) if commands else f"runs under {suite_dir}"
 
     overrides = OmegaConf.load(multirun).hydra.overrides
-    narrowed = {"algo", "seed"}
+    narrowed = set()
     for override in overrides.task:
         if override.startswith("+experiment="):  # the experiment's own grid, e.g. env for the mujoco suite
             experiment = OmegaConf.load(CONF_ENV.parent / "experiment" / f"{override.split('=', 1)[1]}.yaml")
@@ -540,7 +543,7 @@ def report_suite(suite_dir: Path, out: Path) -> None:
         return
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
-    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir)))
+    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir)))
     aggregate = aggregate_table(runs)
     if aggregate is not None:
         aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
@@ -567,7 +570,8 @@ def headline(table_paths: list[Path]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suites", nargs="*", type=Path, help="suite directories (default: every results/runs/*)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, help="where tables/ and plots/ go (default: results/ for a suite under "
+                        "results/runs, else a report/ folder beside the suite's runs)")
     parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",
                         help="only print a Markdown pivot (algo x task, final return) of these written tables")
     args = parser.parse_args(argv)
@@ -576,7 +580,20 @@ def main(argv=None) -> None:
         return
     suites = args.suites or sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
     for suite_dir in suites:
-        report_suite(suite_dir, args.out)
+        report_suite(suite_dir, args.out or default_out(suite_dir))
+
+
+def display_path(suite_dir: Path) -> str:
+    """The suite's path as a command line in the repository names it (relative to it when inside)."""
+    resolved = Path(suite_dir).resolve()
+    root = RESULTS.parent.resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
+
+
+def default_out(suite_dir: Path) -> Path:
+    """results/ for the committed suites; an ad-hoc sweep's report goes beside its runs, not into the repository."""
+    inside = Path(suite_dir).resolve().is_relative_to((RESULTS / "runs").resolve())
+    return RESULTS if inside else Path(suite_dir) / "report"
 
 
 if __name__ == "__main__":

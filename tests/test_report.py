@@ -158,3 +158,22 @@ def test_a_run_writes_its_hyperparameters_and_final_return_for_tensorboards_hpar
     assert start.hparams["algo"].string_value == "outer_ppo_lr" and start.hparams["seed"].number_value == 0
     assert start.hparams["algo.outer_optimizer.lr"].number_value == cfg.algo.outer_optimizer.lr
     assert "hparams/final_eval_return_mean" in events.Tags()["scalars"]
+
+
+def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    sweep = tmp_path / "my_sweep"
+    command = ["-m", "algo=ppo,outer_ppo_lr", "env=CartPole", "seed=0,1", "total_steps=1024", "eval.every_steps=512",
+               "eval.episodes=1", "logging.progress_bar=false", "logging.tensorboard=false"]
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *command, f"hydra.sweep.dir={sweep}"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report_main([str(sweep)])
+    table = (sweep / "report" / "tables" / "my_sweep.md").read_text()
+    assert f"Made by `python run.py -m algo=ppo,outer_ppo_lr env=CartPole seed=0,1 total_steps=1024" in table
+    assert f"table by `python -m benchmarks.report {sweep}`" in table
+    assert (sweep / "report" / "plots" / "my_sweep_CartPole.png").exists()
