@@ -31,7 +31,9 @@ def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
     the run checkpoints, submitit requeues it, and the requeued job resumes and completes."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
-         "env=HalfCheetah", "algo=ppo", "seed=0", "total_steps=61440", "eval.every_steps=20480", "eval.episodes=1",
+         # the torch backend: the run must still be going when SIGUSR2 comes at 30 s (numpy finishes before)
+         "env=HalfCheetah", "algo=ppo", "algo.backend=torch", "seed=0", "total_steps=61440", "eval.every_steps=20480",
+         "eval.episodes=1",
          "logging.tensorboard=false", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
