@@ -57,12 +57,19 @@ def test_unknown_option_names_the_available_ones(group, option):
     assert ("ppo" if group == "algo" else "HalfCheetah") in result.stderr
 
 
-def test_run_directory_is_derived_from_env_algo_and_seed(tmp_path):
+def test_run_directory_is_derived_from_env_algo_seed_and_every_other_override(tmp_path):
     result = run_cli("total_steps=512", "seed=3", "eval.episodes=1", "logging.tensorboard=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    run_dir = tmp_path / "runs" / "CartPole" / "ppo" / "seed3"
+    # logging switches change no number and stay out of the name; other overrides name the directory
+    run_dir = tmp_path / "runs" / "CartPole" / "ppo" / "eval.episodes=1,total_steps=512" / "seed3"
     for name in ("train.csv", "eval.csv", "episodes.csv", "summary.json", "checkpoint.pt"):
         assert (run_dir / name).exists(), name
+    # a second config does not collide with the first; the same command finds its run complete
+    other = run_cli("total_steps=1024", "seed=3", "eval.episodes=1", "logging.tensorboard=false", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert (tmp_path / "runs" / "CartPole" / "ppo" / "eval.episodes=1,total_steps=1024" / "seed3" / "summary.json").exists()
+    again = run_cli("total_steps=512", "seed=3", "eval.episodes=1", cwd=tmp_path)
+    assert again.returncode == 0 and "already complete, skipped" in again.stdout + again.stderr
 
 
 def test_tensorboard_event_file_is_written(tmp_path):
