@@ -384,9 +384,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
             run.start(checkpoint)
         batch.optimizer_from_seeds()
         start_iteration = runs[0].start_iteration
-        if start_iteration == 1 and cfg.eval.at_start:
-            for run in runs:
-                run.evaluate(0)
         checkpoint_every = cfg.logging.checkpoint_every_steps
         next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
 
@@ -405,6 +402,9 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
         episode_ended = np.stack([run.episode_ended for run in runs])
         raw_obs = np.zeros(obs.shape, np.float64)
         with PreemptionSignals() as signals:
+            if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard, as in train()
+                for run in runs:
+                    run.evaluate(0)
             for iteration in range(start_iteration, num_iterations + 1):
                 iteration_start = time.perf_counter()
                 active = np.array([run.active for run in runs])

@@ -364,9 +364,6 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         return {"status": status, "env": env_cfg.name, "algo": algo_cfg.name, "seed": cfg.seed,
                 "env_steps": env_steps, "resumed_at_env_steps": resumed_at}
 
-    if checkpoint is None and cfg.eval.at_start:
-        last_eval = run_evaluation(0, 0)
-
     # numpy views of the rollout's columns: writing a row through them
     # costs a fraction of a tensor __setitem__ and shares the same memory.
     obs_np, actions_np = rollout.obs.numpy(), rollout.actions.numpy()
@@ -376,6 +373,10 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
 
     try:
         with PreemptionSignals() as signals:
+            # inside the signal guard: a SIGTERM during this first evaluation is honoured after the
+            # first iteration (checkpoint, "interrupted" summary), never a silent kill
+            if checkpoint is None and cfg.eval.at_start:
+                last_eval = run_evaluation(0, 0)
             for iteration in range(start_iteration, num_iterations + 1):
                 iteration_start = time.perf_counter()
                 episode_returns, episode_lengths = [], []

@@ -111,6 +111,32 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(
     assert_same_metrics(tmp_path / "reference", tmp_path / "run")
 
 
+def test_sigterm_during_the_first_evaluation_is_honoured_not_a_silent_kill(make_config, tmp_path, monkeypatch):
+    from benchmarks import trainer
+
+    evaluate = trainer.Evaluator.__call__
+    calls = []
+
+    def evaluate_then_signal(self, algorithm, obs_normalizer):
+        if not calls:  # the evaluation at env step 0, before the first iteration
+            os.kill(os.getpid(), signal.SIGTERM)
+        calls.append(1)
+        return evaluate(self, algorithm, obs_normalizer)
+
+    monkeypatch.setattr(trainer.Evaluator, "__call__", evaluate_then_signal)
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET, "eval.at_start=true"])
+    with pytest.raises(trainer.TrainingInterrupted):
+        train(cfg, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    first_iteration = pd.read_csv(tmp_path / "run" / "train.csv")["env_steps"].iloc[0]
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    assert summary["env_steps"] == first_iteration  # stopped after the first iteration, checkpointed
+    monkeypatch.setattr(trainer.Evaluator, "__call__", evaluate)
+    train(cfg, tmp_path / "run")  # and the rerun resumes to the uninterrupted numbers
+    train(cfg, tmp_path / "reference")
+    assert_same_metrics(tmp_path / "reference", tmp_path / "run")
+
+
 def test_sigusr1_from_slurm_checkpoints_and_stops_the_run_like_sigterm(tmp_path):
     victim = launch(["algo=hp3o", *SMALL_RUN], tmp_path / "run")
     wait_for_rows(tmp_path / "run", 3, victim)
