@@ -581,6 +581,72 @@ def main(argv=None) -> None:
     suites = args.suites or sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
     for suite_dir in suites:
         report_suite(suite_dir, args.out or default_out(suite_dir))
+    if not args.suites and not args.out:  # the whole results/ regenerated: its figures page too
+        (RESULTS / "figures.md").write_text(figures_page(RESULTS))
+        print("results/figures.md: every figure with its reading")
+
+
+def figures_page(out: Path) -> str:
+    """results/figures.md: every figure of every suite, each with two lines saying what it shows and what it reads.
+
+    Regenerated from the tables and plots the report wrote, so a reading can never disagree with its figure.
+    """
+    lines = ["# Figures", "",
+             "Every figure `python -m benchmarks.report` makes, with what it shows and what it reads (written by "
+             "the same command from the tables beside them; numbers are final evaluation returns, mean over seeds).",
+             ""]
+    for table_path in sorted((out / "tables").glob("*.csv")):
+        suite = table_path.stem
+        if suite.endswith("_aggregate") or suite.startswith(("claims", "throughput", "seed_throughput")):
+            continue
+        try:
+            table = pd.read_csv(table_path)
+        except Exception:  # not a suite table
+            continue
+        if not {"task", "algo", "final_mean", "seeds"} <= set(table.columns):
+            continue
+        lines += [f"## {suite}", ""]
+        for task in sorted(table["task"].unique()):
+            rows = table[table["task"] == task].set_index("algo")
+            seeds = ", ".join(f"{algo} {int(n)}" for algo, n in rows["seeds"].items())
+            best = rows["final_mean"].idxmax()
+            ppo = f"; PPO {rows.loc['ppo', 'final_mean']:.1f}" if "ppo" in rows.index else ""
+            figure = f"plots/{suite}_{task}.png"
+            if (out / figure).exists():
+                lines += [f"![{suite} {task}]({figure})", "",
+                          f"{task}: evaluation return against env steps, every preset (seeds: {seeds}), mean with a "
+                          f"95% bootstrap band.  ",
+                          f"Highest final mean: {best} {rows.loc[best, 'final_mean']:.1f}{ppo}.", ""]
+            versus = f"plots/{suite}_{task}_vs_ppo.png"
+            if (out / versus).exists() and "poi_ci_low" in rows:
+                above = [a for a in rows.index if rows.loc[a, "poi_ci_low"] > 0.5]
+                below = [a for a in rows.index if rows.loc[a, "poi_ci_high"] < 0.5]
+                lines += [f"![{suite} {task} vs PPO]({versus})", "",
+                          f"{task}: each variant in its own panel with PPO, shared y-axis.  ",
+                          f"P(improve over PPO) CI above 0.5: {', '.join(above) or 'none'}; below 0.5: "
+                          f"{', '.join(below) or 'none'}.", ""]
+        aggregate = out / "plots" / f"{suite}_aggregate.png"
+        aggregate_table = out / "tables" / f"{suite}_aggregate.csv"
+        if aggregate.exists() and aggregate_table.exists():
+            agg = pd.read_csv(aggregate_table).set_index("algo")
+            best = agg["iqm"].idxmax()
+            lines += [f"![{suite} aggregate](plots/{suite}_aggregate.png)", "",
+                      f"Normalised final scores over {int(agg['tasks'].iloc[0])} tasks, {int(agg['seeds_per_task'].min())}"
+                      f" seeds per task: IQM, mean, optimality gap, P(improve over PPO), performance profile (rliable).  ",
+                      f"Highest IQM: {best} {agg.loc[best, 'iqm']:.3f} [{agg.loc[best, 'iqm_ci_low']:.3f}, "
+                      f"{agg.loc[best, 'iqm_ci_high']:.3f}].", ""]
+        wall = out / "plots" / f"{suite}_wall_time.png"
+        if wall.exists():
+            lines += [f"![{suite} wall time](plots/{suite}_wall_time.png)", "",
+                      "Training wall time per env step of this suite's own runs, which shared the machine with other "
+                      "runs.  ",
+                      "For speed comparisons read the throughput tables (tables/throughput_*.md, "
+                      "tables/seed_throughput.md), measured for timing.", ""]
+    for heatmap in sorted((out / "plots").glob("*_sensitivity.png")):
+        lines += [f"![{heatmap.stem}](plots/{heatmap.name})", "",
+                  f"{heatmap.stem}: a sensitivity grid (see the figure's title for the swept values and seeds).  ",
+                  "Each cell is a mean over seeds; the table beside the suite has the spread.", ""]
+    return "\n".join(lines)
 
 
 def display_path(suite_dir: Path) -> str:

@@ -38,6 +38,11 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
                        tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
     assert (tmp_path / "a" / "plots" / "tiny_suite_wall_time.png").exists()
     # the variant-against-PPO panels: regenerate byte-identically, mark n < 5, use the algorithm's own colour
+    from benchmarks.report import figures_page
+
+    page = figures_page(tmp_path / "a")  # every figure with its reading, from the tables beside it
+    assert "![tiny_suite CartPole](plots/tiny_suite_CartPole.png)" in page and "seeds: outer_ppo_lr 2, ppo 2" in page
+    assert "![tiny_suite aggregate](plots/tiny_suite_aggregate.png)" in page
     aggregate_figure = tmp_path / "a" / "plots" / "tiny_suite_aggregate.png"  # rliable's figure set
     assert filecmp.cmp(aggregate_figure, tmp_path / "b" / "plots" / aggregate_figure.name, shallow=False)
     versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
