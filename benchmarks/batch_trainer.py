@@ -41,6 +41,7 @@ from benchmarks.trainer import (
     PreemptionSignals,
     check_finite,
     final_metrics,
+    log_iteration,
     git_commit,
     load_checkpoint,
     numbers_relevant,
@@ -447,8 +448,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                             **run.summary_base("failed"), "error": f"NonFiniteError: {error}", "batched": batched_info})
                         print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
-                    log_iteration(run, stats, iteration, iteration_start, update_start, now, len(runs),
-                                  steps_per_iteration)
+                    # times are the batch's; sps is this seed's steps over the batch's iteration time
+                    log_iteration(run.logger, run.episodes_log, stats, run.env_steps, iteration, run.episode_returns,
+                                  run.episode_lengths, times=(run.start_time, iteration_start, update_start, now),
+                                  steps_per_iteration=steps_per_iteration)
                     if run.env_steps >= run.next_eval_at or iteration == num_iterations:
                         run.evaluate(iteration)
                         while run.next_eval_at <= run.env_steps:
@@ -509,24 +512,3 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
         write_json_atomic(run.run_dir / "summary.json", summary)
         summaries.append(summary)
     return summaries
-
-
-def log_iteration(run: SeedRun, stats: dict, iteration: int, iteration_start: float, update_start: float,
-                  now: float, batch_size: int, steps_per_iteration: int) -> None:
-    """train.csv's row of one seed (train()'s columns; times are the batch's, sps this seed's share)."""
-    for ret, length in zip(run.episode_returns, run.episode_lengths):
-        run.episodes_log.write({"env_steps": run.env_steps, "episode_return": ret, "episode_length": length})
-    returns, lengths = run.episode_returns, run.episode_lengths
-    run.logger.log_train({
-        "env_steps": run.env_steps,
-        "iteration": iteration,
-        "wall_time": now - run.start_time,
-        "sps": steps_per_iteration / (now - iteration_start),
-        "rollout_time": update_start - iteration_start,
-        "update_time": now - update_start,
-        "episodes": len(returns),
-        "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
-        "episode_return_std": float(np.std(returns)) if returns else float("nan"),
-        "episode_length_mean": float(np.mean(lengths)) if lengths else float("nan"),
-        **stats,
-    })

@@ -409,22 +409,9 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 stats = algorithm.update(rollout, iteration)
                 check_finite(algorithm, stats, iteration, env_steps)
                 now = time.perf_counter()
-                for ret, length in zip(episode_returns, episode_lengths):
-                    episodes_log.write({"env_steps": env_steps, "episode_return": ret, "episode_length": length})
-                row = {
-                    "env_steps": env_steps,
-                    "iteration": iteration,
-                    "wall_time": now - start_time,
-                    "sps": steps_per_iteration / (now - iteration_start),
-                    "rollout_time": update_start - iteration_start,
-                    "update_time": now - update_start,
-                    "episodes": len(episode_returns),
-                    "episode_return_mean": float(np.mean(episode_returns)) if episode_returns else float("nan"),
-                    "episode_return_std": float(np.std(episode_returns)) if episode_returns else float("nan"),
-                    "episode_length_mean": float(np.mean(episode_lengths)) if episode_lengths else float("nan"),
-                    **stats,
-                }
-                logger.log_train(row)
+                log_iteration(logger, episodes_log, stats, env_steps, iteration, episode_returns, episode_lengths,
+                              times=(start_time, iteration_start, update_start, now),
+                              steps_per_iteration=steps_per_iteration)
 
                 if env_steps >= next_eval_at or iteration == num_iterations:
                     last_eval = run_evaluation(env_steps, iteration)
@@ -469,6 +456,30 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     }
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def log_iteration(logger: RunLogger, episodes_log: CSVLog, stats: dict, env_steps: int, iteration: int,
+                  episode_returns: list, episode_lengths: list, times: tuple, steps_per_iteration: int) -> None:
+    """The iteration's finished episodes into episodes.csv and its row into train.csv (and TensorBoard).
+
+    times: (run start, iteration start, update start, now) from time.perf_counter.
+    """
+    start_time, iteration_start, update_start, now = times
+    for ret, length in zip(episode_returns, episode_lengths):
+        episodes_log.write({"env_steps": env_steps, "episode_return": ret, "episode_length": length})
+    logger.log_train({
+        "env_steps": env_steps,
+        "iteration": iteration,
+        "wall_time": now - start_time,
+        "sps": steps_per_iteration / (now - iteration_start),
+        "rollout_time": update_start - iteration_start,
+        "update_time": now - update_start,
+        "episodes": len(episode_returns),
+        "episode_return_mean": float(np.mean(episode_returns)) if episode_returns else float("nan"),
+        "episode_return_std": float(np.std(episode_returns)) if episode_returns else float("nan"),
+        "episode_length_mean": float(np.mean(episode_lengths)) if episode_lengths else float("nan"),
+        **stats,
+    })
 
 
 def final_metrics(last_eval: dict | None) -> dict:

@@ -11,20 +11,13 @@ from benchmarks.validate import (
     ENV_HPARAM_RULES,
     PPO_RULES,
     ConfigError,
+    leaf_keys,
     validate_config,
 )
 from tests.conftest import ROOT
 
 ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
-
-
-def leaf_keys(node: dict, prefix: str = ""):
-    for key, value in node.items():
-        if isinstance(value, dict):
-            yield from leaf_keys(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}"
 
 
 @pytest.mark.parametrize("algo", ALGOS)
