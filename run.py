@@ -74,7 +74,10 @@ def main(cfg: DictConfig) -> float | None:
         if not is_recorded_failure(run_dir):
             write_json_atomic(run_dir / "summary.json",
                               {"status": "failed", "error": f"{type(error).__name__}: {error}"})
-        expected = isinstance(error, (NonFiniteError, CheckpointError))
+        import gymnasium
+
+        # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
+        expected = isinstance(error, (NonFiniteError, CheckpointError, gymnasium.error.Error))
         if not multirun:
             if expected:  # one line, no traceback: the message says what happened and where
                 print(f"error: {run_dir}: {error}", file=sys.stderr)
