@@ -44,7 +44,6 @@ from benchmarks.trainer import (
     log_iteration,
     git_commit,
     load_checkpoint,
-    numbers_relevant,
     read_checkpoint,
     run_lock,
     save_checkpoint,

@@ -179,6 +179,6 @@ def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its
     assert result.returncode == 0, result.stderr[-2000:]
     report_main([str(sweep)])
     table = (sweep / "report" / "tables" / "my_sweep.md").read_text()
-    assert f"Made by `python run.py -m algo=ppo,outer_ppo_lr env=CartPole seed=0,1 total_steps=1024" in table
+    assert "Made by `python run.py -m algo=ppo,outer_ppo_lr env=CartPole seed=0,1 total_steps=1024" in table
     assert f"table by `python -m benchmarks.report {sweep}`" in table
     assert (sweep / "report" / "plots" / "my_sweep_CartPole.png").exists()
