@@ -209,10 +209,11 @@ class SeedBatch:
         largest = int(counts.max())
         num_minibatches = cfg.num_minibatches
         per_minibatch = []  # one dict of [seeds] arrays per minibatch step
+        # [seeds, largest batch, ...] buffers; each epoch rewrites every seed's valid rows, padding stays 0
+        shuffled = {key: np.zeros((len(self), largest) + tuple(batches[0][key].shape[1:]), np.float32)
+                    for key in LOSS_KEYS}
         for _epoch in range(cfg.update_epochs):
             # Each seed shuffles its own samples with its own generator, as PPO.run_epochs does.
-            shuffled = {key: np.zeros((len(self), largest) + tuple(batches[0][key].shape[1:]), np.float32)
-                        for key in LOSS_KEYS}
             for index, (batch, randoms) in enumerate(zip(batches, self.randoms)):
                 permutation = torch.randperm(counts[index], generator=randoms.torch)
                 for key in LOSS_KEYS:

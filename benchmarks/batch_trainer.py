@@ -44,10 +44,12 @@ from benchmarks.trainer import (
     log_iteration,
     git_commit,
     load_checkpoint,
+    pack_rng,
     read_checkpoint,
     run_lock,
     save_checkpoint,
     seed_everything,
+    unpack_rng,
     versions,
 )
 
@@ -106,12 +108,8 @@ class SeedRun:
             load_vector_env_state(self.envs, checkpoint["envs"])
             load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
             self.evaluator.seed = checkpoint["eval_seed"]
-            rng = checkpoint["rng"]
-            self.randoms.torch.set_state(rng["torch"])
-            version, internal, gauss = rng["python"]
-            self.randoms.python = (version, tuple(internal), gauss)
-            name, keys, position, has_gauss, cached = rng["numpy"]
-            self.randoms.numpy = (name, keys.numpy().astype(np.uint32), position, has_gauss, cached)
+            self.randoms.python, self.randoms.numpy, torch_state = unpack_rng(checkpoint["rng"])
+            self.randoms.torch.set_state(torch_state)
             loop = checkpoint["loop"]
             self.obs, self.episode_ended = loop["obs"].numpy().copy(), loop["episode_ended"].numpy().copy()
             self.start_iteration, self.env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
@@ -139,7 +137,6 @@ class SeedRun:
 
     def write_checkpoint(self, iteration: int) -> None:
         randoms = self.randoms
-        name, keys, position, has_gauss, cached = randoms.numpy
         save_checkpoint({
             "format": CHECKPOINT_FORMAT,
             "config": self.resolved_config,
@@ -149,8 +146,7 @@ class SeedRun:
             "env_steps": self.env_steps,
             "iteration": iteration,
             # the seed's own streams, in train()'s layout (its "torch" is the seed's generator)
-            "rng": {"python": randoms.python, "torch": randoms.torch.get_state(),
-                    "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached)},
+            "rng": pack_rng(randoms.python, randoms.numpy, randoms.torch.get_state()),
             "envs": vector_env_state(self.envs),
             "eval_envs": vector_env_state(self.evaluator.envs),
             "eval_seed": self.evaluator.seed,

@@ -203,21 +203,30 @@ def save_checkpoint(checkpoint: dict, run_dir: Path) -> None:
     save_checkpoint_file(checkpoint, newest)
 
 
+def pack_rng(python_state, numpy_state, torch_state: torch.Tensor) -> dict:
+    """Random states as a checkpoint stores them (tensors and plain values: weights_only-loadable)."""
+    name, keys, position, has_gauss, cached_gaussian = numpy_state
+    return {"python": python_state, "torch": torch_state,
+            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian)}
+
+
+def unpack_rng(state: dict) -> tuple:
+    """pack_rng's inverse: (python state, numpy state, torch state)."""
+    version, internal, gauss = state["python"]
+    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    return ((version, tuple(internal), gauss),
+            (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian), state["torch"])
+
+
 def rng_states() -> dict:
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian),
-        "torch": torch.get_rng_state(),
-    }
+    return pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state())
 
 
 def load_rng_states(state: dict) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
-    torch.set_rng_state(state["torch"])
+    python_state, numpy_state, torch_state = unpack_rng(state)
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(torch_state)
 
 
 def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None:
