@@ -3,8 +3,9 @@
 from algorithms.hp3o import HP3O
 from algorithms.outer_ppo import OuterPPO
 from algorithms.ppo import PPO
+from algorithms.ppo_kl import PPOKL
 
-ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO, "hp3o": HP3O}
+ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO, "hp3o": HP3O, "ppo_kl": PPOKL}
 
 
 def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):

@@ -50,6 +50,7 @@ import torch
 
 from algorithms.core import Rollout, compute_gae
 from algorithms.ppo import PPO, Batch
+from algorithms.schema import boolean, positive_int, positive_number
 
 # Per-step fields an unfinished episode accumulates between update() calls.
 STEP_FIELDS = ("obs", "actions", "rewards", "raw_rewards", "log_probs", "values", "collected_at")
@@ -170,6 +171,30 @@ def trajectory_gae(rewards: list[torch.Tensor], values: list[torch.Tensor], boot
 
 
 class HP3O(PPO):
+    config_rules = [
+        positive_int("algo.buffer_size"),
+        positive_int("algo.trajectories_per_batch"),
+        positive_int("algo.steps_per_batch"),
+        positive_int("algo.minibatch_size"),
+        boolean("algo.recompute_advantages"),
+        boolean("algo.best_baseline"),
+        positive_number("algo.baseline_distance_threshold"),
+    ]
+
+    @classmethod
+    def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
+        """k <= buffer_size, and at least one step per drawn trajectory (minibatches have a fixed size,
+        so PPO's num_minibatches check does not apply)."""
+        errors = []
+        k = algo["trajectories_per_batch"]
+        if k > algo["buffer_size"]:
+            errors.append(f"algo.trajectories_per_batch must be <= algo.buffer_size = {algo['buffer_size']}, "
+                          f"got {k}")
+        if algo["steps_per_batch"] < k:
+            errors.append(f"algo.steps_per_batch must be >= algo.trajectories_per_batch = {k} (at least one step "
+                          f"per trajectory), got {algo['steps_per_batch']}")
+        return errors
+
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)
         self.buffer = TrajectoryBuffer(self.cfg.buffer_size)

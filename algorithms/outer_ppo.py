@@ -31,6 +31,7 @@ from torch import nn
 
 from algorithms.core import Rollout, clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
 from algorithms.ppo import PPO, StatsTracker, explained_variance
+from algorithms.schema import boolean, non_negative_number, one_of, optimizer_rules, positive_int
 
 
 def optimizer_from_config(params, opt_cfg) -> torch.optim.Optimizer:
@@ -69,6 +70,19 @@ def kl_after_before(log_prob_before: torch.Tensor, log_prob_after: torch.Tensor)
 
 
 class OuterPPO(PPO):
+    # The outer lr may be 0: the behaviour parameters then never move (a diagnostic setting and a
+    # test case), so it is allowed on purpose.
+    config_rules = [
+        *optimizer_rules("algo.inner_optimizer", lr_may_be_zero=False),
+        *optimizer_rules("algo.outer_optimizer", lr_may_be_zero=True),
+        boolean("algo.outer_optimizer.anneal_lr"),
+        non_negative_number("algo.bias_coef"),
+        one_of("algo.apply_to", ["all", "actor"]),
+        one_of("algo.inner_loop", ["ppo", "full_batch"]),
+        positive_int("algo.inner_epochs"),
+    ]
+    guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
+
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)  # policy + inner optimizer
         # The behaviour parameters the outer step applies to; the others (the critic

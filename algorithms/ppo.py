@@ -1,18 +1,21 @@
 """Classic PPO (Schulman et al. 2017, arXiv:1707.06347), docs/algorithms.md section 2.
 
-This class is also the shared algorithm core: Outer-PPO and HP3O subclass it
-and override only the part where their paper differs (the update).
-The trainer drives every algorithm through the same four calls:
-    act(obs) -> action, log_prob, value     (stochastic, rollout)
-    act_deterministic(obs) -> action        (evaluation)
-    value(obs) -> V(obs)                    (bootstrap)
-    update(rollout, iteration) -> stats     (learning)
-plus state_dict / load_state_dict for checkpoints.
+This class implements the trainer's interface (algorithms/interface.py) and is the
+shared algorithm core: Outer-PPO, HP3O and PPO-KL subclass it and override only the
+part where their paper differs. The pieces a variant replaces, from large to small:
+    update(rollout, iteration)      the whole learning step (Outer-PPO)
+    optimize(batch, optimizer)      the epoch loop over one batch (HP3O draws its own batches)
+    loss_terms(new, minibatch, stats)  the minibatch loss as named terms, summed in order:
+        policy_term                    -clipped surrogate
+        value_term                     c_v * value loss
+        entropy_term                   -c_e * entropy
+    A variant adds a term or replaces one (algorithms/ppo_kl.py does both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -27,22 +30,85 @@ from algorithms.core import (
     plain_config,
     value_loss,
 )
+from algorithms.interface import Algorithm
 from algorithms.numpy_backend import NumpyActorCritic
+from algorithms.schema import (
+    boolean,
+    is_int,
+    name,
+    non_negative_number,
+    one_of,
+    optional_positive_number,
+    positive_int,
+    positive_number,
+    unit_interval,
+)
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
-LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")  # what minibatch_step reads
+# What the minibatch loss reads of each sample; the epoch loop shuffles these keys only (HP3O's batches
+# carry bookkeeping keys, collected_at and replaced, that no loss reads).
+LOSS_KEYS = ("obs", "actions", "log_probs", "values", "advantages", "returns")
+# train.csv's columns of a minibatch step, in the order every backend logs them; a variant's own come after.
+STEP_STATS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm",
+              "ratio_mean", "ratio_max")
 
 
-class PPO:
+class Evaluation(NamedTuple):
+    """The current policy on a minibatch (PPO.evaluate_minibatch): what the loss terms read."""
+    log_prob: torch.Tensor    # log pi(a|s) of the stored actions
+    entropy: torch.Tensor     # H(pi(.|s)) per sample
+    values: torch.Tensor      # V(s)
+    advantages: torch.Tensor  # the stored advantages, normalised per minibatch when algo.norm_adv
+
+
+# The methods that make up the minibatch loss: a class overriding any of them changes the loss.
+LOSS_METHODS = ("minibatch_step", "evaluate_minibatch", "loss_terms", "policy_term", "value_term", "entropy_term")
+
+
+class PPO(Algorithm):
+    config_rules = [
+        name("algo.name"),
+        ("algo.hidden_sizes", lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(x) and x > 0 for x in v),
+         "a non-empty list of positive integers"),
+        positive_number("algo.lr"),
+        boolean("algo.anneal_lr"),
+        positive_number("algo.adam_eps"),
+        unit_interval("algo.gamma", low_open=True),
+        unit_interval("algo.gae_lambda"),
+        positive_int("algo.update_epochs"),
+        positive_int("algo.num_minibatches"),
+        positive_number("algo.clip_coef"),
+        boolean("algo.clip_vloss"),
+        boolean("algo.norm_adv"),
+        non_negative_number("algo.ent_coef"),
+        non_negative_number("algo.vf_coef"),
+        positive_number("algo.max_grad_norm"),
+        optional_positive_number("algo.target_kl"),
+        one_of("algo.backend", ["torch", "numpy"]),
+    ]
+    guarded_stats = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
+    loss_keys = LOSS_KEYS  # what the epoch loop shuffles into minibatches; a term that reads more declares it here
+
+    @classmethod
+    def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
+        if rollout_size % algo["num_minibatches"] != 0:
+            return [f"algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = "
+                    f"{rollout_size}, got {algo['num_minibatches']}"]
+        return []
+
+    @classmethod
+    def runs_on_numpy_backend(cls) -> bool:
+        # The numpy gradient is PPO's loss's: a changed loss would step on a gradient it never wrote.
+        return all(getattr(cls, method) is getattr(PPO, method) for method in LOSS_METHODS)
+
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
         self.cfg = plain_config(cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
         self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
         # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
-        if self.cfg.backend == "numpy" and type(self).minibatch_step is not PPO.minibatch_step:
-            # the numpy gradient is PPO's loss's; a changed loss would step on a gradient it never wrote
-            raise ValueError(f"algo.backend=numpy cannot run {type(self).__name__}: it overrides minibatch_step")
+        if self.cfg.backend == "numpy" and not self.runs_on_numpy_backend():
+            raise ValueError(f"algo.backend=numpy cannot run {type(self).__name__}: it changes PPO's minibatch loss")
         self.numpy_policy = NumpyActorCritic(self.policy) if self.cfg.backend == "numpy" else None
         self.optimizer = self.build_optimizer()
 
@@ -70,6 +136,9 @@ class PPO:
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.policy.value(obs)
+
+    def named_parameters(self):
+        return self.policy.named_parameters()
 
     # -- learning -------------------------------------------------------------
 
@@ -131,7 +200,7 @@ class PPO:
             num_samples = batch["obs"].shape[0]
             # One gather per epoch; minibatches are then contiguous views of the shuffled batch.
             permutation = torch.randperm(num_samples)
-            shuffled = {key: batch[key][permutation] for key in LOSS_KEYS}
+            shuffled = {key: batch[key][permutation] for key in self.loss_keys}
             for minibatch in split_minibatches(shuffled, self.num_minibatches(num_samples)):
                 tracker.add(self.minibatch_step(minibatch, optimizer))
             values.append(batch["values"])
@@ -143,38 +212,59 @@ class PPO:
         return stats
 
     def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-        """One gradient step of -clipped surrogate + c_v * value loss - c_e * entropy."""
+        """One gradient step on the sum of loss_terms, the actor's and critic's gradient clipped together."""
         if self.numpy_policy is not None:
             return self.numpy_minibatch_step(minibatch, optimizer)
-        cfg = self.cfg
-        new_log_prob, entropy, new_values = self.policy.evaluate(minibatch["obs"], minibatch["actions"])
-        advantages = minibatch["advantages"]
-        if cfg.norm_adv:
-            advantages = normalize_advantages(advantages)  # per minibatch (PPO detail #7)
-        pg_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
-            new_log_prob, minibatch["log_probs"], advantages, cfg.clip_coef
-        )
-        v_loss = value_loss(
-            new_values, minibatch["values"], minibatch["returns"], cfg.clip_coef if cfg.clip_vloss else None
-        )
-        entropy_mean = entropy.mean()
-        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
-
+        stats: dict[str, torch.Tensor] = {}
+        terms = self.loss_terms(self.evaluate_minibatch(minibatch), minibatch, stats)
+        loss = sum_terms(terms)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)  # PPO detail #11
         optimizer.step()
+        stats.update(loss=loss.detach(), grad_norm=grad_norm.detach())
+        return in_log_order(stats)
+
+    def evaluate_minibatch(self, minibatch: Batch) -> Evaluation:
+        """The current policy on the minibatch's stored actions: what every loss term reads."""
+        log_prob, entropy, values = self.policy.evaluate(minibatch["obs"], minibatch["actions"])
+        advantages = minibatch["advantages"]
+        if self.cfg.norm_adv:
+            advantages = normalize_advantages(advantages)  # per minibatch (PPO detail #7)
+        return Evaluation(log_prob, entropy, values, advantages)
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        """PPO's loss as named terms, summed in this order: -clipped surrogate + c_v * value loss - c_e * entropy.
+
+        Each term writes what it measured into `stats` (train.csv, averaged over the update's minibatches).
+        """
         return {
-            "loss": loss.detach(),
-            "policy_loss": pg_loss.detach(),
-            "value_loss": v_loss.detach(),
-            "entropy": entropy_mean.detach(),
-            "approx_kl": approx_kl,
-            "clip_fraction": clip_fraction,
-            "grad_norm": grad_norm.detach(),
-            "ratio_mean": ratio.mean(),
-            "ratio_max": ratio.max(),
+            "policy": self.policy_term(new, minibatch, stats),
+            "value": self.value_term(new, minibatch, stats),
+            "entropy": self.entropy_term(new, minibatch, stats),
         }
+
+    def policy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        """-E[min(r A, clip(r, 1 - eps, 1 + eps) A)], r = pi(a|s) / pi_rollout(a|s) (PPO detail #8)."""
+        pg_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
+            new.log_prob, minibatch["log_probs"], new.advantages, self.cfg.clip_coef
+        )
+        stats.update(policy_loss=pg_loss.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
+                     ratio_mean=ratio.mean(), ratio_max=ratio.max())
+        return pg_loss
+
+    def value_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        """c_v * 0.5 * (V - R)^2, clipped around the rollout's values when algo.clip_vloss (PPO detail #9)."""
+        v_loss = value_loss(new.values, minibatch["values"], minibatch["returns"],
+                            self.cfg.clip_coef if self.cfg.clip_vloss else None)
+        stats["value_loss"] = v_loss.detach()
+        return self.cfg.vf_coef * v_loss
+
+    def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        """-c_e * mean entropy: a bonus for exploring (PPO detail #10)."""
+        entropy_mean = new.entropy.mean()
+        stats["entropy"] = entropy_mean.detach()
+        return -(self.cfg.ent_coef * entropy_mean)
 
     def numpy_minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """minibatch_step with the loss and its gradient computed in numpy; the torch optimizer steps."""
@@ -211,6 +301,21 @@ class StatsTracker:
             stacked = torch.stack(items) if isinstance(items[0], torch.Tensor) else torch.tensor(items)
             out[key] = float(stacked.max()) if key == "ratio_max" else float(stacked.mean())
         return out
+
+
+def in_log_order(stats: dict) -> dict:
+    """STEP_STATS first, in their order, then any others in the order they were written."""
+    return {**{key: stats[key] for key in STEP_STATS if key in stats}, **stats}
+
+
+def sum_terms(terms: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The loss: the terms added in their order (the first term starts the sum, so PPO's three add up
+    to the same float as pg_loss + vf_coef * v_loss - ent_coef * entropy)."""
+    values = iter(terms.values())
+    total = next(values)
+    for term in values:
+        total = total + term
+    return total
 
 
 def split_minibatches(batch: Batch, num_minibatches: int) -> list[Batch]:

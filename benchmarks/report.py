@@ -29,6 +29,7 @@ over seeds.
 from __future__ import annotations
 
 import argparse
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +200,8 @@ def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".svg"), d
 
 
 # One colour and marker per algorithm in every figure the suite makes (Paul Tol's colour-blind-safe
-# "bright" scheme); PPO, the reference, is black. Presets not listed get grey.
+# "bright" scheme); PPO, the reference, is black. A preset not listed gets a style from SPARE_STYLES
+# picked by a hash of its name: the same in every figure, whichever algorithms a figure holds.
 ALGO_STYLE = {
     "ppo": ("#000000", "o"),
     "outer_ppo": ("#EE6677", "s"),
@@ -211,8 +213,20 @@ ALGO_STYLE = {
 }
 
 
+# Paul Tol's "muted" scheme, none of them in ALGO_STYLE, with markers none of them uses.
+SPARE_STYLES = [("#332288", "*"), ("#882255", "h"), ("#117733", "p"), ("#DDCC77", "<"), ("#88CCEE", ">"),
+                ("#CC6677", "d"), ("#44AA99", "8"), ("#999933", "H")]
+
+
+def algo_style(algo: str) -> tuple[str, str]:
+    """(colour, marker) of a preset in every figure."""
+    if algo in ALGO_STYLE:
+        return ALGO_STYLE[algo]
+    return SPARE_STYLES[zlib.crc32(algo.encode()) % len(SPARE_STYLES)]
+
+
 def algo_color(algo: str) -> str:
-    return ALGO_STYLE.get(algo, ("#BBBBBB", "."))[0]
+    return algo_style(algo)[0]
 
 
 def _format_steps(steps: float, _position) -> str:
@@ -232,7 +246,7 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
             curves = eval_curves(group)
             mean = curves.mean(axis=1)
             low, high = bootstrap_mean_ci(curves.to_numpy().T)
-            color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+            color, marker = algo_style(algo)
             line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])})", color=color,
                             marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
             ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
@@ -286,7 +300,7 @@ def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]
                 curves = eval_curves([run for run in task_runs if run["algo"] == algo])
                 mean = curves.mean(axis=1)
                 low, high = bootstrap_mean_ci(curves.to_numpy().T)
-                color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+                color, marker = algo_style(algo)
                 ax.plot(mean.index, mean.to_numpy(), color=color, marker=marker, markersize=2.5,
                         linewidth=1.6 if algo == "ppo" else 1.3, label=f"{algo} ({seeds_label(curves.shape[1])})")
                 ax.fill_between(mean.index, low, high, alpha=0.2, color=color, linewidth=0)
@@ -408,7 +422,7 @@ def plot_aggregate(table: pd.DataFrame, runs: list[dict], suite: str, plots_dir:
                                                            reps=BOOTSTRAP_RESAMPLES // 4)
     ax = axes[-1]
     for algo in algos:
-        color, marker = ALGO_STYLE.get(algo, ("#BBBBBB", "."))
+        color, marker = algo_style(algo)
         ax.plot(taus, profiles[algo], color=color, linewidth=1.8 if algo == "ppo" else 1.3, label=algo)
         ax.fill_between(taus, profile_cis[algo][0], profile_cis[algo][1], color=color, alpha=0.15, linewidth=0)
     ax.set_title("performance profile: fraction of runs with score > tau", fontsize=9)

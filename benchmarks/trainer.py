@@ -73,8 +73,6 @@ class Evaluator:
 
 CHECKPOINT_FORMAT = 3  # 3: sub-envs gained the DropStepInfo wrapper layer
 CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.prev.pt")  # newest first; the previous one is the fallback
-# Quantities that must stay finite; the first non-finite one stops the run.
-GUARDED_STATS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "outer_grad_norm")
 
 
 class NonFiniteError(RuntimeError):
@@ -231,10 +229,10 @@ def load_rng_states(state: dict) -> None:
 
 def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None:
     where = f"at iteration {iteration} ({env_steps} env steps)"
-    for key in GUARDED_STATS:
+    for key in algorithm.guarded_stats:
         if key in stats and not math.isfinite(stats[key]):
             raise NonFiniteError(f"non-finite {key} ({stats[key]}) {where}; the last good checkpoint is kept")
-    for name, parameter in algorithm.policy.named_parameters():
+    for name, parameter in algorithm.named_parameters():
         if not torch.isfinite(parameter).all():
             raise NonFiniteError(f"non-finite parameter {name} {where}; the last good checkpoint is kept")
 

@@ -1,8 +1,8 @@
 """The CI learning-regression check: every preset against committed reference curves, and proof that it bites.
 
-The references in results/reference/ci come from `python run.py -m +experiment=regression_ci`.
-Each (env, algo) test here retrains the same configs and runs benchmarks.regression's
-comparison on them. The bug tests inject a real learning bug through a test-only
+The references in results/reference/ci come from `python run.py -m +experiment=regression_ci`
+(a preset added later: the same command with algo=<preset>). Each (env, algo) held there is
+retrained here with the same configs and compared by benchmarks.regression. The bug tests inject a real learning bug through a test-only
 monkeypatch and require a REGRESSION verdict.
 """
 
@@ -24,7 +24,9 @@ from benchmarks.trainer import train
 REFERENCE = ROOT / "results" / "reference" / "ci"
 EXPERIMENT = OmegaConf.load(ROOT / "conf" / "experiment" / "regression_ci.yaml")
 PARAMS = EXPERIMENT.hydra.sweeper.params
-ENVS, ALGOS = PARAMS.env.split(","), PARAMS.algo.split(",")
+ENVS = PARAMS.env.split(",")
+# Every preset with reference runs: the experiment's own, and any added with algo=<preset>.
+ALGOS = sorted({path.name for env in ENVS for path in (REFERENCE / env).iterdir() if path.is_dir()})
 SEEDS = [int(seed) for seed in str(PARAMS.seed).split(",")]
 ALPHA, MIN_EFFECT, RESAMPLES = 0.05, 0.2, 10_000  # the command's defaults
 

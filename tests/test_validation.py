@@ -6,11 +6,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from benchmarks.validate import (
-    ALGORITHM_RULES,
     COMMON_RULES,
     ENV_HPARAM_RULES,
-    PPO_RULES,
     ConfigError,
+    algorithm_rules,
     leaf_keys,
     validate_config,
 )
@@ -26,7 +25,7 @@ def test_every_key_of_every_config_has_a_rule_and_every_shipped_config_passes(al
         cfg = make_config([f"algo={algo}", f"env={env}"])
         validate_config(cfg)
         data = OmegaConf.to_container(cfg, resolve=True)
-        ruled = {rule[0] for rule in COMMON_RULES + PPO_RULES + ALGORITHM_RULES[data["algo"]["algorithm"]]}
+        ruled = {rule[0] for rule in COMMON_RULES + algorithm_rules(data["algo"]["algorithm"])}
         ruled |= {rule[0] for rule in ENV_HPARAM_RULES.values()} | {"algo.algorithm"}
         unchecked = [key for key in leaf_keys(data)
                      if not any(key == r or key.startswith(r + ".") for r in ruled)]
@@ -101,21 +100,20 @@ def test_there_are_at_least_fifteen_distinct_bad_configurations():
     assert len({message for _, message in BAD_CONFIGS}) >= 15
 
 
-def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(make_config, monkeypatch):
-    """The numpy backend's gradient is PPO's loss's: a variant overriding minibatch_step must not train on it."""
+@pytest.mark.parametrize("method", ["minibatch_step", "loss_terms"])
+def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(method, make_config, monkeypatch):
+    """The numpy backend's gradient is PPO's loss's: a variant changing the step or its terms must not train on it."""
     import algorithms
     from algorithms.ppo import PPO
 
-    class ChangedLoss(PPO):
-        def minibatch_step(self, minibatch, optimizer):
-            return super().minibatch_step(minibatch, optimizer)
-
+    ChangedLoss = type("ChangedLoss", (PPO,), {method: lambda self, *args: getattr(PPO, method)(self, *args)})
     monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", ChangedLoss)
     validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch"]))  # torch computes any loss
     with pytest.raises(ConfigError) as raised:
         validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
-    assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss overrides "
-                                 "minibatch_step, whose gradient only the torch backend computes; use algo.backend=torch")
+    assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss changes PPO's "
+                                 "minibatch loss, whose gradient only the torch backend computes; use "
+                                 "algo.backend=torch")
     cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
-    with pytest.raises(ValueError, match="cannot run ChangedLoss: it overrides minibatch_step"):
+    with pytest.raises(ValueError, match="cannot run ChangedLoss: it changes PPO's minibatch loss"):
         ChangedLoss(4, 2, True, cfg, 1)  # and the algorithm itself refuses, wherever it is built

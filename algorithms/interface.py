@@ -1,0 +1,79 @@
+"""The contract between the trainer and an algorithm (benchmarks/trainer.py calls only this).
+
+An algorithm is built once per run from its preset (conf/algo/<preset>.yaml):
+
+    Algorithm(obs_dim, action_dim, discrete, cfg, num_iterations)
+
+and then driven by the loop: act on every env step, value to bootstrap the last one,
+update once per rollout, act_deterministic to evaluate, state_dict/load_state_dict to
+checkpoint and resume. What it declares about itself:
+
+    config_rules   the rules of its own algo.* keys (algorithms/schema.py); a subclass
+                   adds to its parent's, so a variant of PPO lists only its new keys
+    check_config   checks of keys that relate to each other or to the rollout size
+    guarded_stats  update statistics that must be finite: the trainer stops the run on
+                   a non-finite one (the last good checkpoint is kept)
+    loss_keys      (PPO and its variants) the per-sample keys the minibatch loss reads
+
+PPO (algorithms/ppo.py) implements every method; each variant subclasses it and
+replaces only what its paper changes (docs/extending.md walks through one).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import ClassVar
+
+import torch
+
+from algorithms.core import Rollout
+from algorithms.schema import Rule
+
+
+class Algorithm(ABC):
+    config_rules: ClassVar[list[Rule]] = []
+    guarded_stats: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
+        """One line per problem among keys that relate (each key's own range is in config_rules)."""
+        return []
+
+    @classmethod
+    def runs_on_numpy_backend(cls) -> bool:
+        """Whether algo.backend=numpy (a hand-written gradient of PPO's loss) computes this algorithm's loss."""
+        return False
+
+    # -- acting (called under torch.inference_mode) --------------------------
+
+    @abstractmethod
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A stochastic action per env, its log-probability and V(obs) (the rollout's)."""
+
+    @abstractmethod
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """The evaluation action: the distribution's mode."""
+
+    @abstractmethod
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs), to bootstrap the step after the rollout."""
+
+    # -- learning ----------------------------------------------------------------
+
+    @abstractmethod
+    def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
+        """Learn from one rollout (iteration counts from 1); returns the statistics train.csv logs."""
+
+    @abstractmethod
+    def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        """Every trained parameter, by name (the trainer checks them for non-finite values)."""
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to take the same next update (networks, optimizers, buffers)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...

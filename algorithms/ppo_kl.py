@@ -1,0 +1,100 @@
+"""PPO with an adaptive KL penalty (Schulman et al. 2017, arXiv:1707.06347, section 4), docs/algorithms.md section 5.
+
+The paper's alternative to clipping: maximise the unclipped surrogate minus a KL penalty,
+
+    L^KLPEN = E[ r A - beta KL[pi_rollout(.|s), pi(.|s)] ],
+
+and after each update adapt beta to the KL the update actually took, d:
+
+    d < kl_target / kl_tolerance:  beta <- beta / kl_factor
+    d > kl_target * kl_tolerance:  beta <- beta * kl_factor
+
+(the paper's 1.5 and 2). Everything else is PPO's: value and entropy terms, epochs x
+minibatches, Adam, gradient clipping. In the loss's terms (PPO.loss_terms): the
+"policy" term is replaced (no clip) and a "kl_penalty" term is added.
+
+Choices made here:
+- The KL is estimated from the rollout's actions, per sample, with the estimator the
+  logs already report as approx_kl: (r - 1) - log r, r = pi(a|s) / pi_rollout(a|s).
+  Its mean is KL[pi_rollout, pi] and its gradient the KL's gradient, in expectation;
+  it needs no stored distribution parameters, so discrete and Gaussian policies share it.
+- d is measured once per update on the whole rollout batch after the last epoch (the
+  paper: "compute d" after the update), and the new beta applies from the next update.
+- The first update uses kl_beta_init (the paper: the initial value matters little,
+  because beta adapts quickly).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from algorithms.ppo import PPO, Batch, Evaluation
+from algorithms.schema import number_between, positive_number
+
+
+class PPOKL(PPO):
+    config_rules = [
+        positive_number("algo.kl_target"),      # d_targ; the paper tries 0.003, 0.01, 0.03
+        positive_number("algo.kl_beta_init"),   # beta before the first update
+        number_between("algo.kl_tolerance", 1, 100),  # adapt when d leaves [target / tol, target * tol]
+        number_between("algo.kl_factor", 1, 100),     # beta is multiplied or divided by it
+    ]
+    guarded_stats = (*PPO.guarded_stats, "kl_beta", "kl_penalty")
+
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)
+        self.kl_beta = float(self.cfg.kl_beta_init)
+
+    # -- the loss: one term replaced, one added ----------------------------------
+
+    def policy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        """Replaced: -E[r A], the surrogate without PPO's clip."""
+        log_ratio = new.log_prob - minibatch["log_probs"]
+        ratio = log_ratio.exp()
+        surrogate_loss = -(ratio * new.advantages).mean()
+        with torch.no_grad():
+            stats.update(policy_loss=surrogate_loss.detach(), approx_kl=((ratio - 1.0) - log_ratio).mean(),
+                         clip_fraction=((ratio - 1.0).abs() > self.cfg.clip_coef).float().mean(),  # for comparison
+                         ratio_mean=ratio.mean(), ratio_max=ratio.max())
+        return surrogate_loss
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        terms = super().loss_terms(new, minibatch, stats)
+        terms["kl_penalty"] = self.kl_penalty_term(new, minibatch, stats)  # added
+        return terms
+
+    def kl_penalty_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        """beta * KL[pi_rollout, pi], estimated per sample as (r - 1) - log r."""
+        log_ratio = new.log_prob - minibatch["log_probs"]
+        kl = (log_ratio.exp() - 1.0 - log_ratio).mean()
+        stats["kl_penalty"] = (self.kl_beta * kl).detach()
+        return self.kl_beta * kl
+
+    # -- beta adapts after each update ---------------------------------------------
+
+    def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        stats = super().optimize(batch, optimizer)
+        stats["kl_beta"] = self.kl_beta  # the beta this update used
+        with torch.no_grad():
+            log_ratio = self.policy.evaluate_actor(batch["obs"], batch["actions"])[0] - batch["log_probs"]
+            update_kl = float((log_ratio.exp() - 1.0 - log_ratio).mean())
+        stats["update_kl"] = update_kl
+        self.kl_beta = adapted_beta(self.kl_beta, update_kl, self.cfg.kl_target, self.cfg.kl_tolerance,
+                                    self.cfg.kl_factor)
+        return stats
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "kl_beta": self.kl_beta}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.kl_beta = state["kl_beta"]
+
+
+def adapted_beta(beta: float, kl: float, target: float, tolerance: float, factor: float) -> float:
+    """The paper's rule: halve beta when the update moved too little, double it when too much."""
+    if kl < target / tolerance:
+        return beta / factor
+    if kl > target * tolerance:
+        return beta * factor
+    return beta
