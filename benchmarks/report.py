@@ -18,6 +18,8 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          optimality gap with stratified-bootstrap CIs, P(improve over PPO)
     <out>/plots/<suite>_aggregate.png    the aggregate table as rliable's figure set: IQM, mean, optimality gap,
                                          P(improve over PPO) with 95% CIs, and the performance profile
+    <out>/plots/<suite>_sample_efficiency.png  rliable's IQM sample-efficiency curves: IQM of normalised
+                                         scores at each evaluation, with 95% stratified-bootstrap CIs
     <out>/plots/<suite>_wall_time.*      training wall time per env step per algorithm
     <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
 Statistics use fixed random states, so the tables regenerate byte-identically.
@@ -250,6 +252,7 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
             line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])})", color=color,
                             marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
             ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
+        published = draw_published(ax, [run for run in runs if run["env"] == env])
         env_id = next(run for run in runs if run["env"] == env)["config"]["env"]["id"]
         budget = budget_text([run for run in runs if run["env"] == env])
         ax.set_title(f"{suite}: {env_id}, {budget} steps - evaluation return (mean, 95% bootstrap CI over seeds)",
@@ -258,9 +261,51 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
         ax.set_ylabel("deterministic evaluation return")
         ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        if published:  # long labels: below the axes
+            fig.set_figheight(4.2 + 0.25 * (len(algos) + 1.5 * published))
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False)
+        else:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         written += save_figure(fig, plots_dir / f"{suite}_{env}")
     return written
+
+
+# Published results a figure can be checked against (task, algo, env steps, metric, mean, std, source).
+PUBLISHED = RESULTS / "reference" / "published.csv"
+
+
+def published_references(runs: list[dict]) -> list[dict]:
+    """Published rows for these runs' task and algorithms at their budget (within one rollout of 2048 steps)."""
+    if not PUBLISHED.exists() or not runs:
+        return []
+    table = pd.read_csv(PUBLISHED)
+    env_steps = max(int(run["eval"]["env_steps"].iloc[-1]) for run in runs)
+    algos = {run["algo"] for run in runs}
+    rows = table[(table["task"] == runs[0]["env"]) & table["algo"].isin(algos)
+                 & ((table["env_steps"] - env_steps).abs() <= 2048)]
+    return rows.to_dict("records")
+
+
+def draw_published(ax, runs: list[dict]) -> int:
+    """Each published number at the same budget, beside the same metric measured on these runs.
+
+    Published MuJoCo/CartPole numbers are CleanRL's metric (mean return of the last 100 training
+    episodes), not the deterministic evaluation the curves show: both points are drawn at the end
+    of the budget, labelled with their metric, so like is compared with like. Returns the legend entries added.
+    """
+    rows = published_references(runs)
+    for row in rows:
+        group = [run for run in runs if run["algo"] == row["algo"]]
+        ours = np.array([run["episodes"]["episode_return"].tail(100).mean() for run in group])
+        x = max(int(run["eval"]["env_steps"].iloc[-1]) for run in group)
+        color = algo_color(row["algo"])
+        ax.errorbar([x * 1.015], [row["mean"]], yerr=[row["std"]], fmt="*", color="#777777", markersize=9,
+                    capsize=3, label=f"{row['source']}, {row['gymnasium_id']}, {row['seeds']} seeds:\n"
+                                     f"last-100 training episodes {row['mean']:.1f} +- {row['std']:.1f}")
+        ax.errorbar([x * 1.03], [ours.mean()], yerr=[ours.std()], fmt="o", mfc="white", color=color, markersize=6,
+                    capsize=3, label=f"{row['algo']} here ({len(ours)} seeds), same metric: {ours.mean():.1f} +- "
+                                     f"{ours.std():.1f}")
+    return 2 * len(rows)
 
 
 MIN_SEEDS_FOR_CI = 5  # fewer seeds: a bootstrap "95% CI" is little more than the seeds' own range
@@ -352,6 +397,74 @@ def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], li
         if len(columns) == len(scored) and len({len(c) for c in columns}) == 1:
             matrices[algo] = np.stack(columns, axis=1)
     return matrices, scored
+
+
+SAMPLE_EFFICIENCY_POINTS = 21  # grid of budget fractions when tasks evaluate at different env steps
+
+
+def normalised_curves(runs: list[dict]) -> tuple[dict[str, np.ndarray], np.ndarray, str, list[str]]:
+    """algo -> [seeds x tasks x points] normalised eval returns over training, the x values and their label.
+
+    The same tasks and equal seeds as normalised_final_scores. x is env steps when every task evaluated at
+    the same steps; otherwise each curve is interpolated onto fractions of its own budget.
+    """
+    matrices, tasks = normalised_final_scores(runs)
+    curves = {algo: [] for algo in matrices}
+    grids = set()
+    for algo in matrices:
+        for task in tasks:
+            group = [run for run in runs if run["env"] == task and run["algo"] == algo]
+            random_score, reference_score = task_scores(task)
+            curve = (eval_curves(group) - random_score) / (reference_score - random_score)
+            curves[algo].append(curve)
+            grids.add(tuple(curve.index))
+    if len(grids) == 1:
+        x, label = np.array(next(iter(grids)), dtype=float), "env steps"
+        stacked = {algo: np.stack([c.to_numpy().T for c in per_task], axis=1) for algo, per_task in curves.items()}
+    else:
+        x, label = np.linspace(0.0, 1.0, SAMPLE_EFFICIENCY_POINTS), "fraction of the env-step budget"
+
+        def resampled(curve: pd.DataFrame) -> np.ndarray:  # [seeds, points]
+            fraction = curve.index.to_numpy(dtype=float) / curve.index.max()
+            return np.stack([np.interp(x, fraction, curve[seed].to_numpy()) for seed in curve.columns])
+
+        stacked = {algo: np.stack([resampled(c) for c in per_task], axis=1) for algo, per_task in curves.items()}
+    return stacked, x, label, tasks
+
+
+def plot_sample_efficiency(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    """rliable's IQM sample-efficiency curves: at each evaluation, the IQM of normalised scores over all runs
+    (tasks x seeds) with its 95% stratified-bootstrap CI, one line per algorithm."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+    from rliable import metrics
+
+    curves, x, label, tasks = normalised_curves(runs)
+    if len(curves) < 2:
+        return []
+
+    def iqm_per_point(scores: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(scores[..., point]) for point in range(scores.shape[-1])])
+
+    point, interval = rliable_estimates(curves, iqm_per_point)
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for algo in sorted(curves, key=lambda a: (a != "ppo", a)):
+        color, marker = algo_style(algo)
+        ax.plot(x, point[algo], color=color, marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4,
+                label=f"{algo} ({seeds_label(curves[algo].shape[0])})")
+        ax.fill_between(x, interval[algo][0], interval[algo][1], color=color, alpha=0.15, linewidth=0)
+    if label == "env steps":
+        ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
+    ax.set_xlabel(label)
+    ax.set_ylabel("IQM normalised score")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    seeds = sorted({c.shape[0] for c in curves.values()})
+    small = "; fewer than 5 seeds: CIs unreliable" if min(seeds) < MIN_SEEDS_FOR_CI else ""
+    ax.set_title(f"{suite}: IQM over {len(tasks)} tasks ({', '.join(tasks)}) x {'/'.join(map(str, seeds))} seeds, "
+                 f"{budget_text(runs)} steps\n95% stratified-bootstrap CIs (rliable){small}", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, plots_dir / f"{suite}_sample_efficiency", suffixes=(".png",), dpi=110)
 
 
 def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
@@ -563,7 +676,8 @@ def report_suite(suite_dir: Path, out: Path) -> None:
         aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
         (out / "tables" / f"{suite}_aggregate.md").write_text(aggregate_markdown(aggregate, suite))
         if len(aggregate) > 1:
-            aggregate_plots = plot_aggregate(aggregate, runs, suite, out / "plots")
+            aggregate_plots = (plot_aggregate(aggregate, runs, suite, out / "plots")
+                               + plot_sample_efficiency(runs, suite, out / "plots"))
         else:
             aggregate_plots = []
     plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
@@ -649,6 +763,12 @@ def figures_page(out: Path) -> str:
                       f" seeds per task: IQM, mean, optimality gap, P(improve over PPO), performance profile (rliable).  ",
                       f"Highest IQM: {best} {agg.loc[best, 'iqm']:.3f} [{agg.loc[best, 'iqm_ci_low']:.3f}, "
                       f"{agg.loc[best, 'iqm_ci_high']:.3f}].", ""]
+        efficiency = out / "plots" / f"{suite}_sample_efficiency.png"
+        if efficiency.exists() and aggregate_table.exists():
+            lines += [f"![{suite} sample efficiency](plots/{suite}_sample_efficiency.png)", "",
+                      "IQM of normalised evaluation scores over all tasks and seeds at each evaluation, with 95% "
+                      "stratified-bootstrap CIs (rliable): how fast each preset learns, across tasks.  ",
+                      "The area under these curves is what the tuning objective and the AUC claims measure.", ""]
         wall = out / "plots" / f"{suite}_wall_time.png"
         if wall.exists():
             lines += [f"![{suite} wall time](plots/{suite}_wall_time.png)", "",

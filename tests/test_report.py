@@ -43,6 +43,9 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     page = figures_page(tmp_path / "a")  # every figure with its reading, from the tables beside it
     assert "![tiny_suite CartPole](plots/tiny_suite_CartPole.png)" in page and "seeds: outer_ppo_lr 2, ppo 2" in page
     assert "![tiny_suite aggregate](plots/tiny_suite_aggregate.png)" in page
+    assert "![tiny_suite sample efficiency](plots/tiny_suite_sample_efficiency.png)" in page  # IQM curves
+    efficiency = tmp_path / "a" / "plots" / "tiny_suite_sample_efficiency.png"
+    assert filecmp.cmp(efficiency, tmp_path / "b" / "plots" / efficiency.name, shallow=False)
     aggregate_figure = tmp_path / "a" / "plots" / "tiny_suite_aggregate.png"  # rliable's figure set
     assert filecmp.cmp(aggregate_figure, tmp_path / "b" / "plots" / aggregate_figure.name, shallow=False)
     versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
@@ -182,3 +185,52 @@ def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its
     assert "Made by `python run.py -m algo=ppo,outer_ppo_lr env=CartPole seed=0,1 total_steps=1024" in table
     assert f"table by `python -m benchmarks.report {sweep}`" in table
     assert (sweep / "report" / "plots" / "my_sweep_CartPole.png").exists()
+
+
+def fake_run(env: str, algo: str, seed: int, steps: list[int], returns: list[float]) -> dict:
+    return {"env": env, "algo": algo, "seed": seed,
+            "eval": pd.DataFrame({"env_steps": steps, "eval_return_mean": returns}),
+            "episodes": pd.DataFrame({"episode_return": returns})}
+
+
+def test_iqm_sample_efficiency_points_are_the_iqm_of_normalised_scores_at_each_evaluation():
+    import numpy as np
+
+    from benchmarks.report import normalised_curves, task_scores
+
+    runs = [fake_run(task, algo, seed, [0, 1000, 2000], [seed * 7.0 + i * 40 + (algo == "ppo") * 9 for i in range(3)])
+            for task in ("CartPole", "Acrobot") for algo in ("ppo", "hp3o") for seed in range(4)]
+    curves, x, label, tasks = normalised_curves(runs)
+    assert label == "env steps" and list(x) == [0, 1000, 2000] and tasks == ["Acrobot", "CartPole"]
+    assert curves["ppo"].shape == (4, 2, 3)  # seeds x tasks x evaluations
+    random_score, reference_score = task_scores("CartPole")
+    expected = (np.array([seed * 7.0 + 80 + 9 for seed in range(4)]) - random_score) / (reference_score - random_score)
+    np.testing.assert_allclose(curves["ppo"][:, 1, 2], expected)
+    # tasks evaluated at different steps: curves on fractions of each task's budget
+    runs[0]["eval"]["env_steps"] = [0, 500, 1000]
+    for run in runs:
+        if run["env"] == "CartPole":
+            run["eval"]["env_steps"] = [0, 500, 1000]
+    _, x, label, _ = normalised_curves(runs)
+    assert label == "fraction of the env-step budget" and x[0] == 0 and x[-1] == 1
+
+
+def test_a_published_number_is_drawn_only_at_its_budget_beside_the_same_metric():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.report import draw_published, published_references
+
+    at_budget = [fake_run("HalfCheetah", "ppo", seed, [0, 999424], [0.0, 1500.0 + seed]) for seed in range(3)]
+    rows = published_references(at_budget)
+    assert [(r["task"], r["metric"], r["mean"]) for r in rows] == [("HalfCheetah", "last100_train", 1442.64)]
+    assert published_references([fake_run("HalfCheetah", "ppo", 0, [0, 300000], [0.0, 1.0])]) == []
+    assert published_references([fake_run("HalfCheetah", "hp3o", 0, [0, 999424], [0.0, 1.0])]) == []
+    fig, ax = plt.subplots()
+    assert draw_published(ax, at_budget) == 2
+    labels = [text.get_text() for text in ax.legend().get_texts()]
+    assert any("last-100 training episodes 1442.6 +- 46.0" in label for label in labels)
+    assert any(label.startswith("ppo here (3 seeds), same metric:") for label in labels)
+    plt.close(fig)
