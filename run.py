@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    mark_job(cfg, Path(HydraConfig.get().runtime.output_dir))
     try:
         validate_config(cfg)
     except ConfigError as error:
@@ -41,10 +42,12 @@ def main(cfg: DictConfig) -> float | None:
     if cfg.seeds is not None:
         return main_batch(cfg, Path(HydraConfig.get().runtime.output_dir))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.restart:
+        start_afresh(run_dir)
     finished = completed_summary(cfg, run_dir)
     if finished is not None:
         # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
-        log.info("already complete, skipped: %s (final eval return %.2f)", run_dir, finished["final_eval_return_mean"])
+        say_skipped(run_dir, finished)
         return finished["final_eval_return_mean"]
     log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
              cfg.total_steps, run_dir)
@@ -58,6 +61,7 @@ def main(cfg: DictConfig) -> float | None:
     if known_result:
         print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    write_hydra_files(cfg, run_dir)
     try:
         summary = train(cfg, run_dir)
     except TrainingInterrupted as interrupt:
@@ -101,15 +105,17 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
     finals = {}
     for seed, run_dir in zip(seeds, run_dirs):
+        if cfg.restart:
+            start_afresh(run_dir)
         finished = completed_summary(seed_config(cfg, seed), run_dir)
         if finished is not None:
-            log.info("already complete, skipped: %s (final eval return %.2f)", run_dir,
-                     finished["final_eval_return_mean"])
+            say_skipped(run_dir, finished)
             finals[seed] = finished["final_eval_return_mean"]
     todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
     if todo:
         log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
                  [seed for seed, _ in todo], cfg.total_steps, job_dir.parent)
+        write_hydra_files(cfg, job_dir)
         try:
             summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
         except TrainingInterrupted as interrupt:
@@ -129,6 +135,65 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             log.info("seed %d done in %.0f s; final eval return %.2f", summary["seed"], summary["wall_time_s"],
                      summary["final_eval_return_mean"])
     return sum(finals.values()) / len(finals) if finals else None
+
+
+JOB_MARK = ".job"  # gitignored; benchmarks/hydra_callbacks.py finds a sweep's jobs by it
+
+
+def mark_job(cfg: DictConfig, job_dir: Path) -> None:
+    """Note in the job's directory that this sweep ran it, and which seeds it holds (a batch job's runs
+    are its seeds' directories), before anything can refuse or skip it."""
+    import json
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    seeds = OmegaConf.select(cfg, "seeds", default=None)
+    (job_dir / JOB_MARK).write_text(json.dumps({"seeds": OmegaConf.to_container(seeds) if seeds is not None else None}))
+
+
+def write_hydra_files(cfg: DictConfig, job_dir: Path) -> None:
+    """Hydra's .hydra/ record of the job (config.yaml, hydra.yaml, overrides.yaml), written only by a job that
+    trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null)."""
+    hydra_cfg = HydraConfig.get()
+    record = job_dir / ".hydra"
+    record.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, record / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), record / "hydra.yaml")
+    OmegaConf.save(hydra_cfg.overrides.task, record / "overrides.yaml")
+
+
+def say_skipped(run_dir: Path, finished: dict) -> None:
+    """On the console only: the complete run's own run.log stays as it was written."""
+    print(f"already complete, skipped: {run_dir} (final eval return {finished['final_eval_return_mean']:.2f})",
+          file=sys.stderr)
+
+
+# What a run writes into its directory (besides Hydra's .hydra/ and run.log, written before the task starts).
+RUN_FILES = ("summary.json", "train.csv", "train.csv.gz", "eval.csv", "episodes.csv", "episodes.csv.gz",
+             "checkpoint.pt", "checkpoint.prev.pt", "checkpoint.pt.damaged")
+
+
+def start_afresh(run_dir: Path) -> None:
+    """restart=true: delete what an earlier run of this config left in run_dir (logs, checkpoints, summary,
+    TensorBoard events), so that this command trains from the first step. A run directory in use by another
+    process is left alone (the training then refuses it with one line)."""
+    import shutil
+
+    from benchmarks.trainer import RunLockedError, run_lock
+
+    if not run_dir.is_dir():
+        return
+    try:
+        with run_lock(run_dir):
+            removed = [name for name in RUN_FILES if (run_dir / name).exists()]
+            for name in removed:
+                (run_dir / name).unlink()
+            if (run_dir / "tb").is_dir():
+                shutil.rmtree(run_dir / "tb")
+                removed.append("tb/")
+    except RunLockedError:
+        return
+    if removed:
+        print(f"restart=true: removed {', '.join(removed)} from {run_dir}", file=sys.stderr)
 
 
 def is_recorded_failure(run_dir: Path) -> bool:

@@ -3,11 +3,12 @@
 Hydra 1.3 reports only the first failure of a multirun (hydra#2284), and with
 the joblib or submitit launchers the jobs run elsewhere. This callback reads
 the sweep directory instead: every run directory of a job written during this
-sweep (its .hydra/config.yaml is newer than the sweep's start; a batch job's
-runs are its seeds' directories) either holds a summary.json with status
+sweep (its .job mark, written by run.py as the job starts, is newer than the
+sweep's start; a batch job's runs are its seeds' directories) either holds a summary.json with status
 "complete", or it failed. run.py lets a failing
 job record its error and return, so the other jobs go on; this callback then
-lists the failures and exits non-zero.
+lists the failures and exits non-zero. A rerun that trained nothing (every run
+complete already) leaves the sweep's files byte-identical: multirun.yaml is put back.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def job_status(job_dir: Path) -> tuple[str, str]:
     return summary.get("status", "unknown"), summary.get("error", "")
 
 
+JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null}
+
+
 def job_run_dirs(job_dir: Path) -> list[Path]:
     """The run directories a job wrote: its own, or for a batch job (seeds=[...]) its seeds' beside it."""
-    from omegaconf import OmegaConf
-
-    seeds = OmegaConf.load(job_dir / ".hydra" / "config.yaml").get("seeds")
+    seeds = json.loads((job_dir / JOB_MARK).read_text()).get("seeds")
     if seeds is None:
         return [job_dir]
     from benchmarks.batch_trainer import seed_run_dirs
@@ -47,15 +49,18 @@ def job_run_dirs(job_dir: Path) -> list[Path]:
 class SweepReport(Callback):
     def __init__(self) -> None:
         self.start = time.time()
+        self.previous_multirun: bytes | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.start = time.time()
+        # Hydra's launcher rewrites the sweep's multirun.yaml before any job runs; a rerun that only
+        # skips complete runs puts the old one back (below), so it leaves the suite's files as they were.
+        multirun = Path(config.hydra.sweep.dir) / "multirun.yaml"
+        self.previous_multirun = multirun.read_bytes() if multirun.exists() else None
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        job_dirs = sorted(
-            path.parent.parent for path in sweep_dir.rglob(".hydra/config.yaml") if path.stat().st_mtime >= self.start
-        )
+        job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start)
         run_dirs = [run_dir for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
         statuses = [(run_dir, *job_status(run_dir)) for run_dir in run_dirs]
         failed = [(run_dir, reason) for run_dir, status, reason in statuses if status != "complete"]
@@ -63,5 +68,9 @@ class SweepReport(Callback):
               f"({len(job_dirs)} jobs) under {sweep_dir}")
         for job_dir, reason in failed:
             print(f"  FAILED {job_dir}: {reason}")
+        trained = any(not (run_dir / "summary.json").exists() or (run_dir / "summary.json").stat().st_mtime >= self.start
+                      for run_dir in run_dirs)
+        if self.previous_multirun is not None and not trained:
+            (sweep_dir / "multirun.yaml").write_bytes(self.previous_multirun)
         if failed:
             sys.exit(1)

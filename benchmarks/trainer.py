@@ -110,7 +110,7 @@ LATER_ALGO_KEYS = {"backend": "torch", "inner_loop": "ppo", "inner_epochs": 4}
 
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in config.items() if k != "logging"}
+    config = {k: v for k, v in config.items() if k not in ("logging", "restart")}
     if config.get("seeds") is None:  # `seeds` (a batch, README "Many seeds") came later; null is a single-seed run
         config.pop("seeds", None)
     config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}

@@ -45,6 +45,7 @@ COMMON_RULES: list[Rule] = [
     ("seeds", lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
                                       and all(is_int(s) and 0 <= s <= MAX_SEED for s in v)),
      f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch"),
+    boolean("restart"),
     positive_int("total_steps"),
     one_of("device", ["cpu"]),
     positive_int("torch_threads"),

@@ -100,3 +100,51 @@ def test_an_unknown_gymnasium_task_is_one_line_not_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {tmp_path}/run: Environment `Foo` doesn't exist."], result.stderr
+
+
+def snapshot(directory) -> dict:
+    """Every file's bytes under a directory (the lock and job marks aside: they hold a pid and a time)."""
+    return {path.relative_to(directory): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file() and path.name not in (".lock", ".job")}
+
+
+def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli("total_steps=512", "eval.episodes=1", "logging.tensorboard=false", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(run_dir)
+    assert (run_dir / ".hydra" / "overrides.yaml").exists() and (run_dir / "run.log").exists()
+    refused = run_cli("total_steps=1024", "eval.episodes=1", "logging.tensorboard=false", f"hydra.run.dir={run_dir}")
+    assert refused.returncode == 2
+    assert f"config error: {run_dir} holds a complete run with a different config (differs in: total_steps)" \
+        in refused.stderr
+    assert snapshot(run_dir) == before
+
+
+def test_a_sweep_rerun_that_skips_complete_runs_changes_no_file(tmp_path):
+    sweep = ["-m", "seed=0,1", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
+             "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    assert run_cli(*sweep).returncode == 0
+    before = snapshot(tmp_path)
+    assert (tmp_path / "multirun.yaml").exists() and (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").is_dir()
+    again = run_cli(*sweep[:-1], "eval.at_start=true", sweep[-1])  # another spelling of the same config
+    assert again.returncode == 0, again.stderr
+    assert "sweep finished: 2 of 2 runs complete (2 jobs)" in again.stdout
+    assert again.stderr.count("already complete, skipped") == 2
+    assert snapshot(tmp_path) == before
+
+
+def test_restart_true_trains_the_same_command_again_from_the_first_step(tmp_path):
+    run_dir = tmp_path / "run"
+    command = ["total_steps=1024", "eval.episodes=1", "logging.tensorboard=false", f"hydra.run.dir={run_dir}"]
+    assert run_cli(*command).returncode == 0
+    first_eval = (run_dir / "eval.csv").read_bytes()
+    skipped = run_cli(*command)
+    assert "already complete, skipped" in skipped.stderr
+    again = run_cli(*command, "restart=true")
+    assert again.returncode == 0, again.stderr
+    assert f"restart=true: removed summary.json, train.csv, eval.csv, episodes.csv, checkpoint.pt from {run_dir}" \
+        in again.stderr
+    output = again.stdout + again.stderr
+    assert "training ppo on CartPole" in output and "resuming" not in output
+    assert (run_dir / "eval.csv").read_bytes() == first_eval  # same seed, same numbers, trained anew
