@@ -50,6 +50,8 @@ from benchmarks.trainer import (
     save_checkpoint,
     seed_everything,
     unpack_rng,
+    machine,
+    run_label,
     versions,
 )
 
@@ -98,7 +100,8 @@ class SeedRun:
             self.episode_ended = np.zeros(num_envs, dtype=bool)
             self.env_steps, self.elapsed_before, self.last_eval = 0, 0.0, None
             self.next_eval_at, self.resumed_at = cfg.eval.every_steps, []
-            self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar)
+            self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
+                                    label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv")
             self.start_iteration = 1
         else:
@@ -117,7 +120,7 @@ class SeedRun:
             self.next_eval_at, self.resumed_at = loop["next_eval_at"], loop["resumed_at"] + [self.env_steps]
             logs = checkpoint["logs"]
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
-                                    resume={"sizes": logs, "env_steps": self.env_steps})
+                                    resume={"sizes": logs, "env_steps": self.env_steps}, label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"])
             print(f"resuming {self.run_dir} from its checkpoint at {self.env_steps} env steps", file=sys.stderr)
         self.start_time = time.perf_counter() - self.elapsed_before
@@ -501,6 +504,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
             "sps": run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
             "batched": batched_info,
             "versions": versions(),
+            "machine": machine(),
             "git_commit": commit,
             "config": run.resolved_config,
         }

@@ -64,9 +64,11 @@ class RunLogger:
     """train.csv (one row per iteration), eval.csv (one row per evaluation), TensorBoard, progress bar."""
 
     def __init__(self, run_dir: Path, total_steps: int, tensorboard: bool, progress_bar: bool,
-                 resume: dict | None = None):
-        """resume: {"sizes": {csv name: bytes}, "env_steps": n} from a checkpoint, or None for a fresh run."""
+                 resume: dict | None = None, label: str = ""):
+        """resume: {"sizes": {csv name: bytes}, "env_steps": n} from a checkpoint, or None for a fresh run.
+        label: whose lines these are (e.g. "Hopper hp3o seed 2"): parallel jobs print to one console."""
         self.run_dir = Path(run_dir)
+        self.label = f"{label}: " if label else ""
         sizes = resume["sizes"] if resume else {}
         self.train_csv = CSVLog(self.run_dir / "train.csv", sizes.get("train.csv"))
         self.eval_csv = CSVLog(self.run_dir / "eval.csv", sizes.get("eval.csv"))
@@ -97,7 +99,7 @@ class RunLogger:
     def log_eval(self, row: dict) -> None:
         self.eval_csv.write(row)
         self.write_tb("eval", row)
-        self.bar.write(f"eval @ {row['env_steps']} steps: return {row['eval_return_mean']:.2f} +- {row['eval_return_std']:.2f}")
+        self.bar.write(f"{self.label}eval @ {row['env_steps']} steps: return {row['eval_return_mean']:.2f} +- {row['eval_return_std']:.2f}")
 
     def write_tb(self, prefix: str, row: dict) -> None:
         if self.tb is None:

@@ -24,7 +24,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import LATER_ALGO_KEYS, compose_config, train
+from benchmarks.trainer import LATER_ALGO_KEYS, compose_config, machine, train
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -54,6 +54,20 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
     return lines
 
 
+def machine_note(run_dir: Path) -> str | None:
+    """Why numbers may differ without a change in the code: the run was made on another CPU or kernel set."""
+    stored = json.loads((run_dir / "summary.json").read_text()).get("machine")
+    here = machine()
+    if stored is None:
+        return (f"the run predates machine records; this rerun is on {here['cpu']} ({here['torch_cpu_capability']} "
+                f"kernels): on another instruction set float results differ in the last bits, then curves diverge")
+    keys = ("cpu", "torch_cpu_capability", "numpy_simd", "numpy_blas")
+    if all(stored.get(key) == here[key] for key in keys):
+        return None
+    return (f"stored on {stored.get('cpu')} ({stored.get('torch_cpu_capability')} kernels), rerun on {here['cpu']} "
+            f"({here['torch_cpu_capability']} kernels): float results may differ across instruction sets")
+
+
 def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
@@ -81,6 +95,9 @@ def main(argv: list[str] | None = None) -> None:
             lines = compare_logs(run_dir, Path(tmp))
         differing += any(line.startswith("DIFF") for line in lines)
         print(f"{run_dir}:")
+        note = machine_note(run_dir)
+        if note:
+            print(f"  note: {note}")
         for line in lines:
             print(f"  {line}")
     print(f"{len(args.run_dirs) - differing} of {len(args.run_dirs)} runs reproduce every logged number")

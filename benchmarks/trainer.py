@@ -310,7 +310,8 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         start_iteration, env_steps, elapsed_before = 1, 0, 0.0
         last_eval, next_eval_at = None, cfg.eval.every_steps
         resumed_at: list[int] = []
-        logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar)
+        logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
+                           label=run_label(cfg))
         episodes_log = CSVLog(run_dir / "episodes.csv")
     else:
         algorithm.load_state_dict(checkpoint["algorithm"])
@@ -327,7 +328,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         resumed_at = loop["resumed_at"] + [env_steps]
         logs = checkpoint["logs"]
         logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
-                           resume={"sizes": logs, "env_steps": env_steps})
+                           resume={"sizes": logs, "env_steps": env_steps}, label=run_label(cfg))
         episodes_log = CSVLog(run_dir / "episodes.csv", logs["episodes.csv"])
         print(f"resuming {run_dir} from its checkpoint at {env_steps} env steps", file=sys.stderr)
     # wall_time counts the time of every segment of an interrupted run up to its checkpoint.
@@ -458,6 +459,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         "wall_time_s": wall_time,
         "sps": env_steps / wall_time,
         "versions": versions(),
+        "machine": machine(),
         "git_commit": commit,
         "config": resolved_config,
     }
@@ -533,6 +535,29 @@ def versions() -> dict:
         "mujoco": mujoco.__version__,
         "numpy": np.__version__,
         "hydra": hydra.__version__,
+    }
+
+
+def run_label(cfg) -> str:
+    """Whose console lines these are: "<env> <algo> seed <k>"."""
+    return f"{cfg.env.name} {cfg.algo.name} seed {cfg.seed}"
+
+
+def machine() -> dict:
+    """The CPU a run's numbers were computed on, and the kernels its libraries chose for it: float results
+    differ between instruction sets (torch and numpy dispatch AVX2 or AVX-512 kernels at run time), so a
+    rerun reproduces bit for bit only where these agree (benchmarks/reproduce.py says when they do not)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    numpy_config = np.show_config(mode="dicts")
+    return {
+        "cpu": cpu,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "numpy_simd": numpy_config.get("SIMD Extensions", {}).get("found", []),
+        "numpy_blas": numpy_config.get("Build Dependencies", {}).get("blas", {}).get("name"),
     }
 
 

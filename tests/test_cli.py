@@ -148,3 +148,12 @@ def test_restart_true_trains_the_same_command_again_from_the_first_step(tmp_path
     output = again.stdout + again.stderr
     assert "training ppo on CartPole" in output and "resuming" not in output
     assert (run_dir / "eval.csv").read_bytes() == first_eval  # same seed, same numbers, trained anew
+
+
+def test_eval_lines_say_whose_they_are(tmp_path):
+    """Parallel sweep jobs print to one console: every eval line names its task, preset and seed."""
+    result = run_cli("algo=hp3o", "seed=4", "total_steps=1024", "eval.every_steps=512", "eval.episodes=1",
+                     "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "eval @" in line]
+    assert lines and all(line.startswith("CartPole hp3o seed 4: eval @ ") for line in lines), lines

@@ -16,12 +16,34 @@ def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_pat
     out = capsys.readouterr().out
     assert same.value.code == 0
     assert "same train.csv: 4 rows, every number identical" in out and "1 of 1 runs reproduce" in out
+    assert "note:" not in out  # same machine: nothing to say
 
     with pytest.raises(SystemExit) as other:
         reproduce_main([str(run_dir), "--set", "algo.backend=numpy"])  # other float rounding
     out = capsys.readouterr().out
     assert other.value.code == 1
     assert "DIFF train.csv" in out and "0 of 1 runs reproduce" in out
+
+
+def test_a_run_records_its_cpu_and_reproduce_says_when_it_compares_across_cpus(make_config, tmp_path):
+    import json
+
+    from benchmarks.reproduce import machine_note
+    from benchmarks.trainer import machine
+
+    run_dir = tmp_path / "run"
+    train(make_config(["env=CartPole", "total_steps=512", *QUIET]), run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["machine"] == machine() and summary["machine"]["torch_cpu_capability"] in ("DEFAULT", "AVX2", "AVX512")
+    assert machine_note(run_dir) is None
+    summary["machine"] = {**summary["machine"], "cpu": "AMD EPYC 7B13", "torch_cpu_capability": "AVX2"}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert machine_note(run_dir) == (f"stored on AMD EPYC 7B13 (AVX2 kernels), rerun on {machine()['cpu']} "
+                                     f"({machine()['torch_cpu_capability']} kernels): float results may differ "
+                                     f"across instruction sets")
+    del summary["machine"]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert machine_note(run_dir).startswith("the run predates machine records")
 
 
 def test_profile_attributes_samples_to_the_loop_phases():
