@@ -197,28 +197,18 @@ def start_afresh(run_dir: Path) -> None:
 
 
 def is_recorded_failure(run_dir: Path) -> bool:
-    import json
+    from benchmarks.runs import read_summary
 
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") == "failed"
-    except (OSError, json.JSONDecodeError):
-        return False
+    return read_summary(run_dir)["status"] == "failed"
 
 
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
-    import json
-
+    from benchmarks.runs import read_summary
     from benchmarks.trainer import numbers_relevant
 
-    summary_path = run_dir / "summary.json"
-    if not summary_path.exists():
-        return None
-    try:
-        summary = json.loads(summary_path.read_text())
-    except json.JSONDecodeError:
-        return None
-    if summary.get("status") != "complete":
+    summary = read_summary(run_dir)
+    if summary["status"] != "complete":
         return None
     stored = numbers_relevant(summary["config"])
     current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.report import RESULTS, area_under_curve, eval_curves, probability_of_improvement
-from benchmarks.runs import load_runs
+from benchmarks.report import RESULTS
+from benchmarks.statistics import area_under_curve, probability_of_improvement
+from benchmarks.runs import eval_curves, group_runs, load_runs
 from benchmarks.tuning import study_provenance
 
 CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
@@ -62,12 +63,9 @@ def in_group(task: str, group: str) -> bool:
 
 def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.ndarray]:
     """(task, algo) -> scores of seeds 0, 1, ... in seed order (final eval return or AUC)."""
-    grouped: dict[tuple, list[dict]] = {}
-    for run in runs:
-        grouped.setdefault((run["env"], run["algo"]), []).append(run)
     scores = {}
-    for key, group in grouped.items():
-        curves = eval_curves(sorted(group, key=lambda r: r["seed"]))
+    for key, group in group_runs(runs).items():
+        curves = eval_curves(group)
         if metric == "auc":
             scores[key] = np.array([area_under_curve(curves[seed]) for seed in curves.columns])
         else:

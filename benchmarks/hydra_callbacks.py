@@ -23,14 +23,12 @@ from omegaconf import DictConfig
 
 
 def job_status(job_dir: Path) -> tuple[str, str]:
-    summary_path = job_dir / "summary.json"
-    if not summary_path.exists():
+    from benchmarks.runs import read_summary
+
+    summary = read_summary(job_dir)
+    if summary["status"] == "partial":
         return "failed", "no summary.json (killed, or failed before training)"
-    try:
-        summary = json.loads(summary_path.read_text())
-    except json.JSONDecodeError:
-        return "failed", "unreadable summary.json"
-    return summary.get("status", "unknown"), summary.get("error", "")
+    return summary["status"], summary.get("error", "")
 
 
 JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null}

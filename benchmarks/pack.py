@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 from pathlib import Path
+
+from benchmarks.runs import read_summary
 
 PACKED_LOGS = ("train.csv", "episodes.csv")
 
 
 def pack_run(run_dir: Path) -> int:
     """Pack one complete run's logs; returns the bytes saved (0 when already packed or not complete)."""
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, json.JSONDecodeError):
-        return 0
-    if status != "complete":
+    if read_summary(run_dir)["status"] != "complete":
         return 0
     saved = 0
     for name in PACKED_LOGS:

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.report import area_under_curve
-from benchmarks.runs import load_runs
+from benchmarks.statistics import area_under_curve
+from benchmarks.runs import group_runs, load_runs
 
 METRICS = ("auc", "final")
 
@@ -52,10 +52,7 @@ def bootstrap_upper_bound(reference: np.ndarray, candidate: np.ndarray, alpha: f
 def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float, min_effect: float,
             resamples: int) -> pd.DataFrame:
     def by_key(runs):
-        grouped: dict[tuple, list[dict]] = {}
-        for run in runs:
-            grouped.setdefault((run["env"], run["algo"]), []).append(curve_metrics(run["eval"]))
-        return grouped
+        return {key: [curve_metrics(run["eval"]) for run in group] for key, group in group_runs(runs).items()}
 
     reference, candidate = by_key(reference_runs), by_key(candidate_runs)
     rows = []

@@ -38,39 +38,19 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.runs import load_runs
+from benchmarks.runs import eval_curves, group_runs, load_runs
+from benchmarks.statistics import (
+    BOOTSTRAP_RESAMPLES,
+    MIN_SEEDS_FOR_CI,
+    area_under_curve,
+    bootstrap_mean_ci,
+    interquartile_mean,
+    probability_of_improvement,
+    rliable_estimates,
+)
 
-BOOTSTRAP_RESAMPLES = 2000
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
-
-
-def bootstrap_mean_ci(values: np.ndarray, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean over seeds (rows of `values`; works column-wise for curves)."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
-    means = values[picks].mean(axis=1)
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return low, high
-
-
-def interquartile_mean(values) -> float:
-    from scipy.stats import trim_mean
-
-    return float(trim_mean(np.asarray(values, dtype=float), 0.25))
-
-
-def eval_curves(group: list[dict]) -> pd.DataFrame:
-    """Eval return per seed (columns) on the env steps every seed evaluated at (rows)."""
-    curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group}, axis=1)
-    return curves.dropna().sort_index()
-
-
-def area_under_curve(curve: pd.Series) -> float:
-    steps = curve.index.to_numpy(dtype=float)
-    span = steps[-1] - steps[0]
-    return float(np.trapezoid(curve.to_numpy(), steps) / span) if span > 0 else float(curve.iloc[-1])
 
 
 def wall_time_per_step(run: dict) -> float:
@@ -79,50 +59,10 @@ def wall_time_per_step(run: dict) -> float:
     return float((train_log["rollout_time"].sum() + train_log["update_time"].sum()) / train_log["env_steps"].iloc[-1])
 
 
-def rliable_estimates(score_dict: dict, func) -> tuple[dict, dict]:
-    """rliable's point estimates and stratified-bootstrap 95% CIs, reproducibly.
-
-    rliable's bootstrap classes draw their indices from numpy's global RNG (not
-    only from random_state), so both are seeded; arch's deprecation warning for
-    random_state is silenced, since random_state is what makes the CIs repeatable.
-    """
-    import warnings
-
-    from rliable import library as rly
-
-    warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
-    np.random.seed(0)
-    return rly.get_interval_estimates(score_dict, func, reps=BOOTSTRAP_RESAMPLES,
-                                      random_state=np.random.RandomState(0))
-
-
-def mean_probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
-    """rliable's metrics.probability_of_improvement, vectorised: per task the Mann-Whitney U of X over Y
-    divided by n_x * n_y, i.e. (#pairs x > y + 0.5 #ties) / (n_x n_y); then the mean over tasks.
-
-    rliable calls scipy's mannwhitneyu once per task per bootstrap resample (2000
-    resamples): that was 90% of the report's run time. The counts are exact in
-    float64, so the values are identical (tests/test_report.py checks it).
-    """
-    pairs_x, pairs_y = scores_x[:, None, :], scores_y[None, :, :]
-    wins = (pairs_x > pairs_y).sum(axis=(0, 1)) + 0.5 * (pairs_x == pairs_y).sum(axis=(0, 1))
-    return float(np.mean(wins / (scores_x.shape[0] * scores_y.shape[0])))
-
-
-def probability_of_improvement(candidate: np.ndarray, baseline: np.ndarray) -> tuple[float, float, float]:
-    """P(candidate > baseline) averaged over tasks, with its 95% CI; inputs are [runs x tasks] scores."""
-    point, interval = rliable_estimates({"pair": [candidate, baseline]}, mean_probability_of_improvement)
-    low, high = np.ravel(interval["pair"])
-    return float(point["pair"]), float(low), float(high)
-
-
 def suite_table(runs: list[dict]) -> pd.DataFrame:
-    grouped: dict[tuple, list[dict]] = {}
-    for run in runs:
-        grouped.setdefault((run["env"], run["algo"]), []).append(run)
+    grouped = group_runs(runs)
     rows = []
-    for (env, algo), group in sorted(grouped.items()):
-        group = sorted(group, key=lambda r: r["seed"])
+    for (env, algo), group in grouped.items():
         curves = eval_curves(group)
         finals = curves.iloc[-1].to_numpy()
         aucs = np.array([area_under_curve(curves[seed]) for seed in curves.columns])
@@ -308,7 +248,6 @@ def draw_published(ax, runs: list[dict]) -> int:
     return 2 * len(rows)
 
 
-MIN_SEEDS_FOR_CI = 5  # fewer seeds: a bootstrap "95% CI" is little more than the seeds' own range
 
 
 def seeds_label(count: int) -> str:

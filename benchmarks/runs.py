@@ -1,9 +1,12 @@
-"""Reading stored runs: every directory under a root with a complete summary.json."""
+"""Reading stored runs: a run directory's status (read_summary), the complete runs under a root (load_runs),
+and their grouping by task and preset (group_runs)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pandas as pd
 
 from benchmarks.logger import read_csv_complete_rows
 
@@ -14,8 +17,6 @@ REQUIRED_SUMMARY_KEYS = ("status", "env", "algo", "seed", "env_steps", "sps", "c
 
 def numeric_log(path: Path, columns: tuple[str, ...]):
     """A metrics CSV whose `columns` are present, numeric and finite-or-NaN (ValueError naming the problem)."""
-    import pandas as pd
-
     log = read_csv_complete_rows(path)
     missing = [c for c in columns if c not in log.columns]
     if missing:
@@ -26,6 +27,49 @@ def numeric_log(path: Path, columns: tuple[str, ...]):
         if not pd.api.types.is_numeric_dtype(log[column]):
             raise ValueError(f"{path.name}: column {column} is not numeric (damaged rows)")
     return log
+
+
+def eval_curves(group: list[dict]) -> pd.DataFrame:
+    """Eval return per seed (columns) on the env steps every seed evaluated at (rows)."""
+    curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group}, axis=1)
+    return curves.dropna().sort_index()
+
+
+def read_summary(run_dir: Path) -> dict:
+    """A run's summary.json, the one place its status is read. Always a mapping with a "status":
+    complete, failed (with "error"), interrupted (with "signal" and "env_steps") as the run wrote it; or,
+    when there is no usable file, "partial" (none yet: running, or killed) or "corrupt" (with "error")."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except FileNotFoundError:
+        return {"status": "partial", "error": "no summary.json (running, or killed: rerun its command to resume)"}
+    except (OSError, json.JSONDecodeError) as error:
+        return {"status": "corrupt", "error": f"corrupt summary.json ({type(error).__name__})"}
+    if not isinstance(summary, dict):
+        return {"status": "corrupt", "error": "corrupt summary.json (not a mapping)"}
+    return summary
+
+
+def why_not_complete(summary: dict) -> str | None:
+    """None for a complete run, else one line saying why it is not (for skip lists and failure reports)."""
+    status = summary.get("status")
+    if status == "complete":
+        return None
+    if status in ("partial", "corrupt"):
+        return summary["error"] if status == "corrupt" else f"partial: {summary['error']}"
+    if status == "failed":
+        return f"failed: {summary.get('error', 'no reason recorded')}"
+    if status == "interrupted":
+        return f"interrupted by {summary.get('signal')} at {summary.get('env_steps')} env steps (resumable)"
+    return f"unknown status {status!r}"
+
+
+def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(env, algo) -> its runs in seed order; keys in sorted order. The one grouping every table uses."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        grouped.setdefault((run["env"], run["algo"]), []).append(run)
+    return {key: sorted(grouped[key], key=lambda run: run["seed"]) for key in sorted(grouped)}
 
 
 def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict]:
@@ -39,28 +83,10 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     run_dirs = sorted({path.parent for name in ("summary.json", "train.csv", "train.csv.gz")
                        for path in Path(root).rglob(name) if ".hydra" not in path.parts})
     for run_dir in run_dirs:
-        reason = None
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except FileNotFoundError:
-            reason = "partial: no summary.json (running, or killed: rerun its command to resume)"
-        except (OSError, json.JSONDecodeError) as error:
-            reason = f"corrupt summary.json ({type(error).__name__})"
-        else:
-            if not isinstance(summary, dict):
-                summary = {"status": "corrupt summary.json (not a mapping)"}
-            elif summary.get("status") == "complete" and any(key not in summary for key in REQUIRED_SUMMARY_KEYS):
-                missing = ", ".join(key for key in REQUIRED_SUMMARY_KEYS if key not in summary)
-                summary = {"status": f"corrupt summary.json (missing {missing})"}
-            status = summary.get("status")
-            if isinstance(status, str) and status.startswith("corrupt"):
-                reason = status
-            elif status == "failed":
-                reason = f"failed: {summary.get('error', 'no reason recorded')}"
-            elif status == "interrupted":
-                reason = f"interrupted by {summary.get('signal')} at {summary.get('env_steps')} env steps (resumable)"
-            elif status != "complete":
-                reason = f"unknown status {status!r}"
+        summary = read_summary(run_dir)
+        reason = why_not_complete(summary)
+        if reason is None and any(key not in summary for key in REQUIRED_SUMMARY_KEYS):
+            reason = f"corrupt summary.json (missing {', '.join(k for k in REQUIRED_SUMMARY_KEYS if k not in summary)})"
         if reason is None:
             try:
                 eval_log = numeric_log(run_dir / "eval.csv", ("env_steps", "eval_return_mean"))

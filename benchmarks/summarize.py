@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.logger import read_csv_complete_rows
-from benchmarks.report import eval_curves
-from benchmarks.runs import load_runs
+from benchmarks.runs import eval_curves, group_runs, load_runs
 
 
 def mean_std(values) -> str:
@@ -33,14 +32,11 @@ def mean_std(values) -> str:
 
 def summarize(runs: list[dict]) -> pd.DataFrame:
     rows = []
-    keyed: dict[tuple, list[dict]] = {}
-    for run in runs:
-        keyed.setdefault((run["env"], run["algo"]), []).append(run)
-    for (env, algo), group in sorted(keyed.items()):
+    for (env, algo), group in group_runs(runs).items():
         final_eval = [run["eval"]["eval_return_mean"].iloc[-1] for run in group]
         last100 = [run["episodes"]["episode_return"].tail(100).mean() for run in group]
         rows.append({
-            "env": env, "algo": algo, "seeds": " ".join(str(r["seed"]) for r in sorted(group, key=lambda r: r["seed"])),
+            "env": env, "algo": algo, "seeds": " ".join(str(r["seed"]) for r in group),
             "env_steps": group[0]["env_steps"],
             "final_eval": mean_std(final_eval),
             "last100_train": mean_std(last100),

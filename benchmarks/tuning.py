@@ -42,14 +42,13 @@ class RunNotComplete(RuntimeError):
 
 def normalised_auc(run_dir: Path) -> float:
     """Area under the run's evaluation curve, divided by its span, in normalised score units."""
-    from benchmarks.report import area_under_curve
+    from benchmarks.statistics import area_under_curve
 
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise RunNotComplete(f"{run_dir}: no readable summary.json ({type(error).__name__})") from None
-    if summary.get("status") != "complete":
-        raise RunNotComplete(f"{run_dir}: {summary.get('status')}: {summary.get('error', '')}".rstrip(": "))
+    from benchmarks.runs import read_summary, why_not_complete
+
+    summary = read_summary(run_dir)
+    if summary["status"] != "complete":
+        raise RunNotComplete(f"{run_dir}: {why_not_complete(summary)}")
     env = summary["config"]["env"]
     if env.get("reference_score") is None:
         raise ValueError(f"{env['name']} has no env.reference_score: it cannot be a tuning task "
@@ -470,7 +469,8 @@ def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: P
 
 def transfer_table(tuned_root: Path, untuned_root: Path) -> pd.DataFrame:
     """Per preset: final return of the tuned and the untuned suite per task, and P(tuned > untuned) over tasks."""
-    from benchmarks.report import eval_curves, probability_of_improvement
+    from benchmarks.runs import eval_curves
+    from benchmarks.statistics import probability_of_improvement
     from benchmarks.runs import load_runs
 
     def finals(root: Path) -> dict:

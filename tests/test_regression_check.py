@@ -108,7 +108,8 @@ def test_command_exits_nonzero_on_a_missing_run(tmp_path, capsys):
     shutil.copytree(REFERENCE / "CartPole", tmp_path / "CartPole")
     assert regression_main(["--reference", str(REFERENCE), "--candidate", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "MISSING" in out and "7 failing of 21 rows" in out  # 7 CartPole presets x 2 metrics + 7 MISSING
+    presets = len(ALGOS)  # each: 2 CartPole metric rows (ok) and 1 MISSING Pendulum row
+    assert "MISSING" in out and f"{presets} failing of {3 * presets} rows" in out
 
 
 @pytest.mark.parametrize("make_candidate,message", [

@@ -7,7 +7,7 @@ import pandas as pd
 from conftest import QUIET
 
 from benchmarks.pack import main as pack_main
-from benchmarks.report import bootstrap_mean_ci, interquartile_mean
+from benchmarks.statistics import bootstrap_mean_ci, interquartile_mean
 from benchmarks.report import main as report_main
 from benchmarks.trainer import train
 
@@ -141,7 +141,7 @@ def test_vectorised_probability_of_improvement_equals_rliables():
     import numpy as np
     from rliable import metrics
 
-    from benchmarks.report import mean_probability_of_improvement
+    from benchmarks.statistics import mean_probability_of_improvement
 
     rng = np.random.default_rng(0)
     for runs_x, runs_y, tasks in [(3, 3, 1), (5, 3, 4), (2, 7, 3)]:
