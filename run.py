@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.validate import ConfigError, validate_config
+from benchmarks.engine.validate import ConfigError, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,10 @@ def main(cfg: DictConfig) -> float | None:
             print(f"config error: {line}", file=sys.stderr)
         sys.exit(2)
 
-    from benchmarks.logger import write_json_atomic
+    from benchmarks.engine.logger import write_json_atomic
 
     # heavy imports only after the config is known good
-    from benchmarks.trainer import (
+    from benchmarks.engine.trainer import (
         CheckpointError,
         NonFiniteError,
         RunLockedError,
@@ -74,7 +74,7 @@ def main(cfg: DictConfig) -> float | None:
     except Exception as error:
         # The failure is recorded in the job's own directory (train() records its own). In a
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
-        # (benchmarks/hydra_callbacks.py); a single run fails here.
+        # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         if not is_recorded_failure(run_dir):
             write_json_atomic(run_dir / "summary.json",
                               {"status": "failed", "error": f"{type(error).__name__}: {error}"})
@@ -98,9 +98,9 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
-    """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/batch_trainer.py)."""
-    from benchmarks.batch_trainer import seed_config, seed_run_dirs, train_batch
-    from benchmarks.trainer import CheckpointError, NonFiniteError, RunLockedError, TrainingInterrupted
+    """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
+    from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
+    from benchmarks.engine.trainer import CheckpointError, NonFiniteError, RunLockedError, TrainingInterrupted
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
     finals = {}
@@ -137,7 +137,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     return sum(finals.values()) / len(finals) if finals else None
 
 
-JOB_MARK = ".job"  # gitignored; benchmarks/hydra_callbacks.py finds a sweep's jobs by it
+JOB_MARK = ".job"  # gitignored; benchmarks/engine/hydra_callbacks.py finds a sweep's jobs by it
 
 
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:
@@ -178,7 +178,7 @@ def start_afresh(run_dir: Path) -> None:
     process is left alone (the training then refuses it with one line)."""
     import shutil
 
-    from benchmarks.trainer import RunLockedError, run_lock
+    from benchmarks.engine.trainer import RunLockedError, run_lock
 
     if not run_dir.is_dir():
         return
@@ -205,7 +205,7 @@ def is_recorded_failure(run_dir: Path) -> bool:
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
     from benchmarks.runs import read_summary
-    from benchmarks.trainer import numbers_relevant
+    from benchmarks.engine.trainer import numbers_relevant
 
     summary = read_summary(run_dir)
     if summary["status"] != "complete":

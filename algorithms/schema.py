@@ -2,7 +2,7 @@
 
 Each algorithm declares the rules of its own algo.* keys beside its code (`config_rules`, a
 class attribute; a subclass adds to its parent's), and its checks that relate two keys
-(`check_config`). benchmarks/validate.py applies them, with the rules of the keys every run
+(`check_config`). benchmarks/engine/validate.py applies them, with the rules of the keys every run
 has, before any environment exists; every failure is one line naming the key and the range.
 """
 

@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
-from benchmarks.envs import make_vector_env, space_dims
-from benchmarks.trainer import Evaluator, read_checkpoint
+from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.trainer import Evaluator, read_checkpoint
 
 
 def load_agent(checkpoint_path: Path):

@@ -6,7 +6,7 @@
 row per training episode) are most of a run's bytes; gzip shrinks them about
 4x. Each becomes `<name>.gz` (mtime 0, so the same CSV always packs to the same
 bytes) and the plain file is removed. Every reader in the suite
-(`benchmarks.logger.read_csv_complete_rows`) opens the packed form when the
+(`benchmarks.engine.logger.read_csv_complete_rows`) opens the packed form when the
 plain one is absent, so reports are unchanged. Only runs whose summary.json says
 `complete` are packed: a running or interrupted run keeps appending to - and
 resuming from byte offsets in - its plain CSVs.

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.logger import read_csv_complete_rows
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.runs import eval_curves, group_runs, load_runs
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
@@ -556,7 +556,7 @@ def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Pat
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_ylabel("training wall time per env step (us)")
     ax.set_xlabel("")
-    ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.throughput)", fontsize=9)
+    ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.speed.throughput)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, plots_dir / f"{suite}_wall_time")
 

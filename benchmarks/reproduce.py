@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import LATER_ALGO_KEYS, compose_config, machine, train
+from benchmarks.engine.logger import read_csv_complete_rows
+from benchmarks.engine.trainer import LATER_ALGO_KEYS, compose_config, machine, train
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.logger import read_csv_complete_rows
+from benchmarks.engine.logger import read_csv_complete_rows
 
 
 # What the readers of a run take from its summary.json

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.logger import read_csv_complete_rows
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.runs import eval_curves, group_runs, load_runs
 
 

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.logger import read_csv_complete_rows
-from benchmarks.validate import get_dotted
+from benchmarks.engine.logger import read_csv_complete_rows
+from benchmarks.engine.validate import get_dotted
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

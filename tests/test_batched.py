@@ -1,4 +1,4 @@
-"""Many seeds in one process (seeds=[...]; algorithms/batched.py, benchmarks/batch_trainer.py): each seed of a
+"""Many seeds in one process (seeds=[...]; algorithms/batched.py, benchmarks/engine/batch_trainer.py): each seed of a
 batch is the run it would be alone up to float rounding, every preset runs batched, kill -9 resumes a batch
 exactly, and a sweep packs seeds into batched jobs."""
 
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmarks.batch_trainer import train_batch
-from benchmarks.trainer import compose_config, read_checkpoint, train
+from benchmarks.engine.batch_trainer import train_batch
+from benchmarks.engine.trainer import compose_config, read_checkpoint, train
 from tests.conftest import ROOT
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 

@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from algorithms.core import Rollout
 from algorithms.hp3o import HP3O, Trajectory, TrajectoryBuffer
-from benchmarks.trainer import read_checkpoint, train
-from benchmarks.validate import ConfigError, validate_config
+from benchmarks.engine.trainer import read_checkpoint, train
+from benchmarks.engine.validate import ConfigError, validate_config
 
 ROUNDING = 4 * torch.finfo(torch.float32).eps  # a few float32 ulps around 1
 COMPARED_FIELDS = ("obs", "actions", "rewards", "log_probs", "values", "advantages", "returns",

@@ -12,7 +12,7 @@ import torch
 from conftest import QUIET
 
 from algorithms.ppo import PPO
-from benchmarks.trainer import train
+from benchmarks.engine.trainer import train
 
 TASKS = {"HalfCheetah": (17, 6, False), "CartPole": (4, 2, True)}
 

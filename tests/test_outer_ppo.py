@@ -19,8 +19,8 @@ from hydra import compose, initialize_config_dir
 from algorithms import ALGORITHMS
 from algorithms.core import Rollout
 from algorithms.outer_ppo import OuterPPO
-from benchmarks.trainer import train
-from benchmarks.validate import ConfigError, validate_config
+from benchmarks.engine.trainer import train
+from benchmarks.engine.validate import ConfigError, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased"]
@@ -41,7 +41,7 @@ def make_config(*overrides: str):
 
 
 def train_recording(cfg, run_dir: Path, monkeypatch) -> object:
-    """benchmarks.trainer.train, returning the trained algorithm with every sampled action batch recorded."""
+    """benchmarks.engine.trainer.train, returning the trained algorithm with every sampled action batch recorded."""
     kind = cfg.algo.algorithm
     algorithm_class = ALGORITHMS[kind]
     built = []

@@ -12,8 +12,8 @@ import torch
 
 from algorithms.ppo import PPO
 from algorithms.ppo_kl import PPOKL, adapted_beta
-from benchmarks.trainer import train
-from benchmarks.validate import ConfigError, validate_config
+from benchmarks.engine.trainer import train
+from benchmarks.engine.validate import ConfigError, validate_config
 from tests.conftest import QUIET
 from tests.test_outer_ppo import synthetic_rollout
 

@@ -19,7 +19,7 @@ from algorithms.core import compute_gae
 from benchmarks.regression import compare
 from benchmarks.regression import main as regression_main
 from benchmarks.runs import load_runs
-from benchmarks.trainer import train
+from benchmarks.engine.trainer import train
 
 REFERENCE = ROOT / "results" / "reference" / "ci"
 EXPERIMENT = OmegaConf.load(ROOT / "conf" / "experiment" / "regression_ci.yaml")

@@ -9,7 +9,7 @@ from conftest import QUIET
 from benchmarks.pack import main as pack_main
 from benchmarks.statistics import bootstrap_mean_ci, interquartile_mean
 from benchmarks.report import main as report_main
-from benchmarks.trainer import train
+from benchmarks.engine.trainer import train
 
 
 def test_report_writes_tables_and_plots_and_regenerates_identically(make_config, tmp_path):

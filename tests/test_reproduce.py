@@ -4,7 +4,7 @@ import pytest
 from conftest import QUIET
 
 from benchmarks.reproduce import main as reproduce_main
-from benchmarks.trainer import train
+from benchmarks.engine.trainer import train
 
 
 def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_path, capsys):
@@ -29,7 +29,7 @@ def test_a_run_records_its_cpu_and_reproduce_says_when_it_compares_across_cpus(m
     import json
 
     from benchmarks.reproduce import machine_note
-    from benchmarks.trainer import machine
+    from benchmarks.engine.trainer import machine
 
     run_dir = tmp_path / "run"
     train(make_config(["env=CartPole", "total_steps=512", *QUIET]), run_dir)
@@ -47,10 +47,10 @@ def test_a_run_records_its_cpu_and_reproduce_says_when_it_compares_across_cpus(m
 
 
 def test_profile_attributes_samples_to_the_loop_phases():
-    from benchmarks.profile import phase_of
+    from benchmarks.speed.profile import phase_of
 
     def stack(*below_train):
-        return ["<module> (run.py:120)", "main (run.py:50)", "train (benchmarks/trainer.py:329)", *below_train]
+        return ["<module> (run.py:120)", "main (run.py:50)", "train (benchmarks/engine/trainer.py:329)", *below_train]
 
     assert phase_of(stack("VectorActionWrapper.step (gymnasium/vector/vector_env.py:623)")) == "env step (with wrappers)"
     assert phase_of(stack("PPO.act (algorithms/ppo.py:56)")) == "act"

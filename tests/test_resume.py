@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from algorithms.ppo import PPO
-from benchmarks.env_state import load_vector_env_state, vector_env_state
-from benchmarks.envs import make_vector_env
-from benchmarks.logger import read_csv_complete_rows
-from benchmarks.trainer import CheckpointError, NonFiniteError, read_checkpoint, train
+from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
+from benchmarks.engine.envs import make_vector_env
+from benchmarks.engine.logger import read_csv_complete_rows
+from benchmarks.engine.trainer import CheckpointError, NonFiniteError, read_checkpoint, train
 from tests.conftest import QUIET, ROOT
 
 TIMING = ("wall_time", "sps", "rollout_time", "update_time")

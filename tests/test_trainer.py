@@ -9,7 +9,7 @@ from conftest import QUIET, ROOT
 
 from algorithms.core import Rollout
 from algorithms.ppo import PPO
-from benchmarks.trainer import read_checkpoint, train
+from benchmarks.engine.trainer import read_checkpoint, train
 
 ENV_NAMES = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
@@ -107,7 +107,7 @@ def test_ppo_learns_cartpole(make_config, tmp_path):
 @pytest.mark.parametrize("env_name", ["CartPole", "Pendulum"])
 def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path):
     from benchmarks.evaluate import load_agent
-    from benchmarks.trainer import Evaluator
+    from benchmarks.engine.trainer import Evaluator
 
     cfg = make_config([f"env={env_name}", "total_steps=4096", "eval.every_steps=1000000", "eval.episodes=3",
                        "logging.tensorboard=false", "logging.progress_bar=false", "eval.at_start=false"])

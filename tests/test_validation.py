@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from benchmarks.validate import (
+from benchmarks.engine.validate import (
     COMMON_RULES,
     ENV_HPARAM_RULES,
     ConfigError,

@@ -27,11 +27,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
-from benchmarks.env_state import load_vector_env_state, vector_env_state
-from benchmarks.envs import make_vector_env, space_dims
-from benchmarks.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
+from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def seed_everything(seed: int) -> None:

@@ -1,9 +1,9 @@
 """Training throughput of this suite's algorithms side by side with Stable-Baselines3 PPO.
 
-    python -m benchmarks.throughput                      # PPO vs SB3: HalfCheetah 1 env, CartPole
-    python -m benchmarks.throughput --repeats 3 --steps 20480 --cases HalfCheetah-1env HalfCheetah-8env CartPole
-    python -m benchmarks.throughput --algos ppo outer_ppo hp3o --no-sb3
-    python -m benchmarks.throughput --backends torch numpy    # also the numpy backend (algo.backend=numpy)
+    python -m benchmarks.speed.throughput                      # PPO vs SB3: HalfCheetah 1 env, CartPole
+    python -m benchmarks.speed.throughput --repeats 3 --steps 20480 --cases HalfCheetah-1env HalfCheetah-8env CartPole
+    python -m benchmarks.speed.throughput --algos ppo outer_ppo hp3o --no-sb3
+    python -m benchmarks.speed.throughput --backends torch numpy    # also the numpy backend (algo.backend=numpy)
 
 Same env, rollout, epochs, minibatch size, network, normalisation and 1 torch
 thread for both. SPS = env steps / training time; for this suite the
@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.trainer import compose_config, train
+from benchmarks.engine.trainer import compose_config, train
 
 # case name -> (env config, overrides that define the rollout)
 CASES = {
@@ -126,7 +126,7 @@ def main(argv=None) -> None:
     print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
     print(table)
     if args.out:
-        command = "python -m benchmarks.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "python -m benchmarks.speed.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
         args.out.write_text(
             f"# Training throughput (issue 7)\n\nMade by `{command}` ({started} to "
             f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "

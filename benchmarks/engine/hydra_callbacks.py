@@ -39,7 +39,7 @@ def job_run_dirs(job_dir: Path) -> list[Path]:
     seeds = json.loads((job_dir / JOB_MARK).read_text()).get("seeds")
     if seeds is None:
         return [job_dir]
-    from benchmarks.batch_trainer import seed_run_dirs
+    from benchmarks.engine.batch_trainer import seed_run_dirs
 
     return seed_run_dirs(job_dir, list(seeds))
 

@@ -2,7 +2,7 @@
 
 Each seed is a normal run: its own run directory (`<job dir>/../seed<k>`, where a single-seed
 run of it would write), its own envs, evaluator, logs, TensorBoard file, checkpoints and
-summary - the files and columns of benchmarks/trainer.py's train(), so the report, claims
+summary - the files and columns of benchmarks/engine/trainer.py's train(), so the report, claims
 and the regression check read them unchanged. What is shared: one batched forward per
 env step for all seeds, PPO's batched update, and the loop. The summary's "batched" entry
 records the batch.
@@ -29,10 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms import build_algorithm
 from algorithms.batched import RandomState, SeedBatch, seed_rollout
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
-from benchmarks.env_state import load_vector_env_state, vector_env_state
-from benchmarks.envs import make_vector_env, space_dims
-from benchmarks.logger import CSVLog, RunLogger, write_json_atomic
-from benchmarks.trainer import (
+from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
+from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.trainer import (
     CHECKPOINT_FILES,
     CHECKPOINT_FORMAT,
     CheckpointError,
@@ -179,7 +179,7 @@ class LockstepEnvs:
     episode sums - is done once for all seeds on [seeds, envs] arrays, with the layers'
     semantics. The layers' own attributes are brought up to date before a checkpoint
     (`to_layers`) and read back after a resume (`from_layers`), so each seed's env state is
-    saved and restored by benchmarks/env_state.py exactly as a single-seed run's.
+    saved and restored by benchmarks/engine/env_state.py exactly as a single-seed run's.
     """
 
     def __init__(self, vector_envs: list):
@@ -477,7 +477,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
             if run.active:
                 run.logger.log_hparams(run.resolved_config, final_metrics(run.last_eval))
     except Exception as error:
-        from benchmarks.trainer import TrainingInterrupted
+        from benchmarks.engine.trainer import TrainingInterrupted
 
         if not isinstance(error, TrainingInterrupted):
             for run in runs:

@@ -1,9 +1,9 @@
 """Per-step cost of Gymnasium's vector wrappers around one MuJoCo env (issue 7's profile).
 
-    python -m benchmarks.env_overhead [--env HalfCheetah-v5] [--steps 3000]
+    python -m benchmarks.speed.env_overhead [--env HalfCheetah-v5] [--steps 3000]
 
 Steps the same random actions through the wrapper stack the trainer uses
-(benchmarks.envs.make_vector_env: SyncVectorEnv NEXT_STEP with DropStepInfo,
+(benchmarks.engine.envs.make_vector_env: SyncVectorEnv NEXT_STEP with DropStepInfo,
 RecordEpisodeStatistics, one batched action clip), through that stack with one
 of its choices undone (Gymnasium's per-env ClipAction, the tasks' step info
 merged), with one layer removed at a time, and the bare env; best of 3 per
@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from benchmarks.envs import DropStepInfo, clip_actions, make_vector_env
+from benchmarks.engine.envs import DropStepInfo, clip_actions, make_vector_env
 
 
 def make(env_id: str, copy: bool, drop_info: bool, stats: bool, clip: str | None):

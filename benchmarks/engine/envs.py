@@ -12,7 +12,7 @@ class DropStepInfo(gym.Wrapper):
 
     Nothing here reads the tasks' own step info (MuJoCo's x_position,
     reward_ctrl, ...), and SyncVectorEnv merges every key of it into per-env
-    arrays on every step (`python -m benchmarks.env_overhead` measures what
+    arrays on every step (`python -m benchmarks.speed.env_overhead` measures what
     that costs). Episode statistics come from
     RecordEpisodeStatistics, outside the vector env, and are unaffected.
     """
@@ -51,7 +51,7 @@ def clip_actions(envs: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
 
     Gymnasium's vector ClipAction applies the single-env wrapper env by env
     (iterate + concatenate): same numbers, more time per step
-    (`python -m benchmarks.env_overhead`).
+    (`python -m benchmarks.speed.env_overhead`).
     """
     low, high = envs.single_action_space.low, envs.single_action_space.high
     return gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))

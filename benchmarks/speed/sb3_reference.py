@@ -1,6 +1,6 @@
 """Learning reference: Stable-Baselines3 PPO trained with this suite's PPO hyperparameters.
 
-    python -m benchmarks.sb3_reference --env CartPole --steps 100000 --seeds 0 1 2 3 4
+    python -m benchmarks.speed.sb3_reference --env CartPole --steps 100000 --seeds 0 1 2 3 4
 
 Same env, rollout, epochs, minibatch size, lr schedule, network and
 normalisation as `python run.py algo=ppo env=<env>`; the final deterministic
@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 import torch
 
-from benchmarks.throughput import benchmark_config, sb3_model
+from benchmarks.speed.throughput import benchmark_config, sb3_model
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
 """Throughput of a joblib sweep vs the same jobs one after another (Hydra's basic launcher).
 
-    python -m benchmarks.sweep_speedup                    # 4 CartPole PPO jobs, 100k steps each, 2 workers
-    python -m benchmarks.sweep_speedup --jobs 6 --n-jobs 2 --overrides env=Acrobot
+    python -m benchmarks.speed.sweep_speedup                    # 4 CartPole PPO jobs, 100k steps each, 2 workers
+    python -m benchmarks.speed.sweep_speedup --jobs 6 --n-jobs 2 --overrides env=Acrobot
 
 Both sweeps run the same `python run.py -m ...` command into fresh temporary
 directories; the wall time of each whole command is measured, so the joblib
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def timed_sweep(launcher_overrides: list[str], job_overrides: list[str], sweep_dir: Path) -> float:

@@ -1,10 +1,10 @@
 """Where a training run's time goes: py-spy samples of one run, summed into the trainer's phases.
 
-    python -m benchmarks.profile --env HalfCheetah --algo ppo --backend torch --steps 40960
+    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend torch --steps 40960
 
 Trains one run (no TensorBoard, checkpoints or intermediate evaluation) under
 `py-spy record` (`pip install -e .[bench]`) and attributes every sample taken
-inside benchmarks.trainer.train to the phase the training loop was in: the env
+inside benchmarks.engine.trainer.train to the phase the training loop was in: the env
 step with its wrappers, acting, observation normalisation, reward scaling, the
 update (split into the minibatch steps' loss/gradient, the optimizer step, and
 GAE/batch preparation), evaluation, and the rest of the loop. Start-up
@@ -21,7 +21,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # (phase, predicate on the frame just below train()); first match wins.
 LOOP_PHASES = [

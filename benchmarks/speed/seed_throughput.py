@@ -1,15 +1,15 @@
 """Aggregate training throughput of N seeds in one process (seeds=[...]) against one seed alone.
 
-    python -m benchmarks.seed_throughput                                   # HalfCheetah and CartPole, N = 1..16
-    python -m benchmarks.seed_throughput --envs HalfCheetah --sizes 1 8 --steps 8192 --repeats 1
-    python -m benchmarks.seed_throughput --two-processes 8                 # + two batches of 8 on two cores
+    python -m benchmarks.speed.seed_throughput                                   # HalfCheetah and CartPole, N = 1..16
+    python -m benchmarks.speed.seed_throughput --envs HalfCheetah --sizes 1 8 --steps 8192 --repeats 1
+    python -m benchmarks.speed.seed_throughput --two-processes 8                 # + two batches of 8 on two cores
 
 Measured in one run, side by side, on one core (torch threads 1):
 - the raw env: one Gymnasium env of the task stepped with random actions (the ceiling);
 - one seed alone on the fastest single-seed path (algo.backend=numpy);
 - a batch of N seeds (N = --sizes); aggregate SPS = N x steps / (rollout + update time);
 - with --two-processes N: two batches of N as two processes at once (both cores), their summed SPS.
-Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.throughput.
+Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.speed.throughput.
 Each configuration is measured --repeats times in turn (1, N1, N2, ..., 1, N1, ...) and the median kept.
 """
 
@@ -28,9 +28,9 @@ import gymnasium as gym
 import pandas as pd
 import torch
 
-from benchmarks.batch_trainer import train_batch
-from benchmarks.throughput import _has_tabulate, benchmark_config
-from benchmarks.trainer import train
+from benchmarks.engine.batch_trainer import train_batch
+from benchmarks.speed.throughput import _has_tabulate, benchmark_config
+from benchmarks.engine.trainer import train
 
 
 def timed_sps(run_dirs: list[Path]) -> float:
@@ -55,7 +55,7 @@ def batch_sps(env: str, algo: str, steps: int, size: int) -> float:
 
 def raw_env_sps(env: str, steps: int) -> float:
     """One env of the task (gymnasium.make, its default wrappers) stepped with random actions."""
-    from benchmarks.trainer import compose_config
+    from benchmarks.engine.trainer import compose_config
 
     env_id = compose_config([f"env={env}"]).env.id
     single = gym.make(env_id)
@@ -74,7 +74,7 @@ def raw_env_sps(env: str, steps: int) -> float:
 
 def two_processes_sps(env: str, algo: str, steps: int, size: int) -> float:
     """Two batches of `size` seeds as two processes started together; their summed SPS."""
-    code = ("import sys; from benchmarks.seed_throughput import batch_sps; "
+    code = ("import sys; from benchmarks.speed.seed_throughput import batch_sps; "
             f"print(batch_sps({env!r}, {algo!r}, {steps}, {size}))")
     processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                   env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
@@ -118,7 +118,7 @@ def main(argv=None) -> None:
     print(f"\nalgo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, torch threads 1")
     print(table)
     if args.out:
-        command = "python -m benchmarks.seed_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "python -m benchmarks.speed.seed_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
         args.out.write_text(
             f"# Many seeds in one process: aggregate throughput (issue 14)\n\nMade by `{command}` ({started} to "
             f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "

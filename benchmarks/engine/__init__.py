@@ -1,0 +1,1 @@
+"""The training engine: the loop every algorithm shares, its environments, logs, checkpoints and config checks."""
