@@ -25,7 +25,7 @@ import pandas as pd
 
 from benchmarks.report import RESULTS
 from benchmarks.statistics import area_under_curve, probability_of_improvement
-from benchmarks.runs import eval_curves, group_runs, load_runs
+from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
 from benchmarks.tuning import study_provenance
 
 CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
@@ -158,8 +158,9 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=Path, default=[RESULTS / "runs" / "mujoco_tuned"])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", type=existing_directory, default=[RESULTS / "runs" / "mujoco_tuned"])
     parser.add_argument("--out", type=Path, default=RESULTS / "tables")
     parser.add_argument("--name", default="claims", help="file name of the table (claims -> claims.md, claims.csv)")
     args = parser.parse_args(argv)

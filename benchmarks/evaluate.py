@@ -20,6 +20,7 @@ from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator, read_checkpoint
+from benchmarks.runs import existing_file
 
 
 def load_agent(checkpoint_path: Path):
@@ -38,8 +39,9 @@ def load_agent(checkpoint_path: Path):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=Path)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=existing_file)
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ import argparse
 import gzip
 from pathlib import Path
 
-from benchmarks.runs import read_summary
+from benchmarks.runs import existing_directory, read_summary
 
 PACKED_LOGS = ("train.csv", "episodes.csv")
 
@@ -44,8 +44,8 @@ def pack_run(run_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("roots", nargs="*", type=Path, default=[Path("results/runs")])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
+    parser.add_argument("roots", nargs="*", type=existing_directory, default=[Path("results/runs")])
     args = parser.parse_args(argv)
     runs = saved = 0
     for root in args.roots:

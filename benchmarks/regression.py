@@ -93,7 +93,8 @@ def directory_problem(path: Path) -> str | None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, required=True, help="directory of reference runs")
     parser.add_argument("--candidate", type=Path, required=True, help="directory of candidate runs")
     parser.add_argument("--alpha", type=float, default=0.05, help="one-sided significance level")

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, group_runs, load_runs
+from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -635,8 +635,9 @@ def headline(table_paths: list[Path]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=Path, help="suite directories (default: every results/runs/*)")
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", type=existing_directory, help="suite directories (default: every results/runs/*)")
     parser.add_argument("--out", type=Path, help="where tables/ and plots/ go (default: results/ for a suite under "
                         "results/runs, else a report/ folder beside the suite's runs)")
     parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",

@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import LATER_ALGO_KEYS, compose_config, machine, train
+from benchmarks.runs import run_directory
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -79,8 +80,8 @@ def stored_config(run_dir: Path):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=run_directory)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for the rerun (dotted keys), e.g. algo.backend=numpy")
     args = parser.parse_args(argv)

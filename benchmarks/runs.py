@@ -15,6 +15,37 @@ from benchmarks.engine.logger import read_csv_complete_rows
 REQUIRED_SUMMARY_KEYS = ("status", "env", "algo", "seed", "env_steps", "sps", "config")
 
 
+def existing_directory(text: str) -> Path:
+    """argparse type of a run or suite directory argument: a missing one is one line and exit status 2."""
+    import argparse
+
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a directory")
+    return path
+
+
+def run_directory(text: str) -> Path:
+    """argparse type of one run's directory: it must hold the run's summary.json."""
+    import argparse
+
+    path = existing_directory(text)
+    if not (path / "summary.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a run directory (no summary.json)")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    import argparse
+
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file" if path.exists() else f"{text} does not exist")
+    return path
+
+
 def numeric_log(path: Path, columns: tuple[str, ...]):
     """A metrics CSV whose `columns` are present, numeric and finite-or-NaN (ValueError naming the problem)."""
     log = read_csv_complete_rows(path)

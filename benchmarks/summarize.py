@@ -16,13 +16,12 @@ and episodes.csv. Columns:
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, group_runs, load_runs
+from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
 
 
 def mean_std(values) -> str:
@@ -57,8 +56,9 @@ def train_column_means(runs: list[dict], columns: list[str]) -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs_dir", type=Path)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs_dir", type=existing_directory)
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
     parser.add_argument("--train-columns", nargs="+", default=[], metavar="COLUMN",
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")

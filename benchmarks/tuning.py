@@ -499,7 +499,7 @@ def transfer_table(tuned_root: Path, untuned_root: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     apply = commands.add_parser("apply", help="write a study's best values into conf/")
     apply.add_argument("--tune", required=True, help="conf/tune/<name>.yaml of the study (e.g. mujoco)")

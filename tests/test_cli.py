@@ -162,3 +162,21 @@ def test_eval_lines_say_whose_they_are(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "eval @" in line]
     assert lines and all(line.startswith("CartPole hp3o seed 4: eval @ ") for line in lines), lines
+
+
+@pytest.mark.parametrize("command, argument, message", [
+    ("report", "{missing}", "argument suites: {missing} does not exist"),
+    ("claims", "{missing}", "argument suites: {missing} does not exist"),
+    ("summarize", "{missing}", "argument runs_dir: {missing} does not exist"),
+    ("reproduce", "{missing}", "argument run_dirs: {missing} does not exist"),
+    ("reproduce", "{empty}", "argument run_dirs: {empty} is not a run directory (no summary.json)"),
+    ("pack", "{file}", "argument roots: {file} is not a directory"),
+    ("evaluate", "{missing}", "argument checkpoint: {missing} does not exist"),
+])
+def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(command, argument, message, tmp_path):
+    (tmp_path / "file").write_text("x")
+    paths = {"missing": tmp_path / "nothing", "empty": tmp_path, "file": tmp_path / "file"}
+    result = subprocess.run([sys.executable, "-m", f"benchmarks.{command}", argument.format(**paths)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == f"python -m benchmarks.{command}: error: {message.format(**paths)}"

@@ -47,7 +47,8 @@ def best_us_per_step(step, actions) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--steps", type=int, default=3000)
     args = parser.parse_args(argv)

@@ -63,7 +63,7 @@ def update_part(stack: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="HalfCheetah")
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--backend", default="torch", choices=["torch", "numpy"])

@@ -82,7 +82,8 @@ def two_processes_sps(env: str, algo: str, steps: int, size: int) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8, 16])

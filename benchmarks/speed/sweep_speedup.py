@@ -1,7 +1,7 @@
 """Throughput of a joblib sweep vs the same jobs one after another (Hydra's basic launcher).
 
     python -m benchmarks.speed.sweep_speedup                    # 4 CartPole PPO jobs, 100k steps each, 2 workers
-    python -m benchmarks.speed.sweep_speedup --jobs 6 --n-jobs 2 --overrides env=Acrobot
+    python -m benchmarks.speed.sweep_speedup --jobs 6 --n-jobs 2 --set env=Acrobot
 
 Both sweeps run the same `python run.py -m ...` command into fresh temporary
 directories; the wall time of each whole command is measured, so the joblib
@@ -31,19 +31,21 @@ def timed_sweep(launcher_overrides: list[str], job_overrides: list[str], sweep_d
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=4, help="number of jobs (seeds 0..jobs-1)")
     parser.add_argument("--n-jobs", type=int, default=2, help="joblib workers")
     parser.add_argument("--steps", type=int, default=100_000, help="total_steps of each job")
-    parser.add_argument("--overrides", nargs="*", default=["env=CartPole", "algo=ppo"])
+    parser.add_argument("--set", nargs="*", default=["env=CartPole", "algo=ppo"], metavar="KEY=VALUE",
+                        help="config overrides of every job, as on run.py's command line")
     args = parser.parse_args(argv)
-    jobs = [*args.overrides, f"total_steps={args.steps}", "seed=" + ",".join(map(str, range(args.jobs)))]
+    jobs = [*args.set, f"total_steps={args.steps}", "seed=" + ",".join(map(str, range(args.jobs)))]
     with tempfile.TemporaryDirectory() as tmp:
         sequential = timed_sweep(["hydra/launcher=basic"], jobs, Path(tmp) / "basic")
         parallel = timed_sweep(["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.n_jobs}"], jobs,
                                Path(tmp) / "joblib")
     total = args.jobs * args.steps
-    print(f"{args.jobs} jobs x {args.steps} env steps ({' '.join(args.overrides)})")
+    print(f"{args.jobs} jobs x {args.steps} env steps ({' '.join(args.set)})")
     print(f"one after another (basic launcher): {sequential:7.1f} s  {total / sequential:7.0f} env steps/s")
     print(f"joblib, {args.n_jobs} workers:            {parallel:7.1f} s  {total / parallel:7.0f} env steps/s")
     print(f"speed-up: {sequential / parallel:.2f}x")

@@ -87,7 +87,8 @@ def sb3_sps(cfg) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=["HalfCheetah-1env", "CartPole"], choices=sorted(CASES))
     parser.add_argument("--algos", nargs="+", default=["ppo"], help="conf/algo presets of this suite")
     parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
