@@ -269,6 +269,22 @@ def run_lock(run_dir: Path):
         handle.close()
 
 
+# The phases of the loop, timed as it runs (summary.json "phase_seconds"; benchmarks.speed.profile reads them).
+LOOP_PHASES = ("act", "env step", "reward scaling", "observation normalisation", "update", "evaluation",
+               "logging and checkpoints")
+
+
+class PhaseTimes:
+    """Seconds spent in each phase of the training loop, over every segment of a resumed run."""
+
+    def __init__(self, seconds: dict | None = None):
+        self.seconds = {phase: 0.0 for phase in LOOP_PHASES}
+        self.seconds.update(seconds or {})
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] += seconds
+
+
 def train(cfg: DictConfig, run_dir: Path) -> dict:
     """Train one (algo, env, seed) for cfg.total_steps env steps; write logs to run_dir; return the summary.
 
@@ -310,6 +326,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         start_iteration, env_steps, elapsed_before = 1, 0, 0.0
         last_eval, next_eval_at = None, cfg.eval.every_steps
         resumed_at: list[int] = []
+        phases = PhaseTimes()
         logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
                            label=run_label(cfg))
         episodes_log = CSVLog(run_dir / "episodes.csv")
@@ -326,6 +343,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         start_iteration, env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
         elapsed_before, last_eval, next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
         resumed_at = loop["resumed_at"] + [env_steps]
+        phases = PhaseTimes(loop.get("phase_seconds"))  # absent from checkpoints made before the timers
         logs = checkpoint["logs"]
         logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
                            resume={"sizes": logs, "env_steps": env_steps}, label=run_label(cfg))
@@ -337,7 +355,9 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     next_checkpoint_at = (env_steps // checkpoint_every + 1) * checkpoint_every
 
     def run_evaluation(env_steps: int, iteration: int) -> dict:
+        started = time.perf_counter()
         returns = evaluator(algorithm, obs_normalizer)
+        phases.add("evaluation", time.perf_counter() - started)
         row = {
             "env_steps": env_steps,
             "iteration": iteration,
@@ -364,7 +384,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
             "eval_seed": evaluator.seed,
             "loop": {"obs": obs.clone(), "episode_ended": torch.from_numpy(episode_ended.copy()),
                      "next_eval_at": next_eval_at, "last_eval": last_eval, "resumed_at": resumed_at,
-                     "wall_time": time.perf_counter() - start_time},
+                     "wall_time": time.perf_counter() - start_time, "phase_seconds": dict(phases.seconds)},
             "logs": {**logger.sizes(), "episodes.csv": episodes_log.size()},
         }, run_dir)
 
@@ -391,20 +411,29 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 with torch.inference_mode():
                     for t in range(num_steps):
                         valid = ~episode_ended
+                        before_act = time.perf_counter()
                         action, log_prob, value = algorithm.act(obs)
+                        after_act = time.perf_counter()
                         obs_np[t] = obs.numpy()
                         actions_np[t] = action.numpy()
                         log_probs_np[t] = log_prob.numpy()
                         values_np[t] = value.numpy()
                         valid_np[t] = valid
 
+                        before_step = time.perf_counter()
                         raw_obs, reward, terminated, truncated, info = envs.step(action.numpy())
+                        after_step = time.perf_counter()
                         episode_ended = terminated | truncated
                         raw_rewards_np[t] = reward
                         rewards_np[t] = reward_scaler(reward, episode_ended, valid)
+                        after_scaling = time.perf_counter()
                         terminated_np[t] = terminated
                         truncated_np[t] = truncated
                         obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
+                        phases.add("act", after_act - before_act)
+                        phases.add("env step", after_step - before_step)
+                        phases.add("reward scaling", after_scaling - after_step)
+                        phases.add("observation normalisation", time.perf_counter() - after_scaling)
 
                         if "_episode" in info:
                             done = info["_episode"]
@@ -417,9 +446,11 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 stats = algorithm.update(rollout, iteration)
                 check_finite(algorithm, stats, iteration, env_steps)
                 now = time.perf_counter()
+                phases.add("update", now - update_start)
                 log_iteration(logger, episodes_log, stats, env_steps, iteration, episode_returns, episode_lengths,
                               times=(start_time, iteration_start, update_start, now),
                               steps_per_iteration=steps_per_iteration)
+                phases.add("logging and checkpoints", time.perf_counter() - now)
 
                 if env_steps >= next_eval_at or iteration == num_iterations:
                     last_eval = run_evaluation(env_steps, iteration)
@@ -429,7 +460,9 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 interrupted = signals.received is not None
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
                                                or iteration == num_iterations):
+                    checkpoint_start = time.perf_counter()
                     write_checkpoint(iteration)
+                    phases.add("logging and checkpoints", time.perf_counter() - checkpoint_start)
                     while next_checkpoint_at <= env_steps:
                         next_checkpoint_at += checkpoint_every
                 if interrupted and iteration < num_iterations:
@@ -458,6 +491,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         "final_eval_return_std": last_eval["eval_return_std"] if last_eval else None,
         "wall_time_s": wall_time,
         "sps": env_steps / wall_time,
+        "phase_seconds": phases.seconds,
         "versions": versions(),
         "machine": machine(),
         "git_commit": commit,

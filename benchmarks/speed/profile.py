@@ -1,99 +1,60 @@
-"""Where a training run's time goes: py-spy samples of one run, summed into the trainer's phases.
+"""Where a training run's time goes, per phase of the loop, from the loop's own timers.
 
-    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend torch --steps 40960
+    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend numpy --steps 40960
 
-Trains one run (no TensorBoard, checkpoints or intermediate evaluation) under
-`py-spy record` (`pip install -e .[bench]`) and attributes every sample taken
-inside benchmarks.engine.trainer.train to the phase the training loop was in: the env
-step with its wrappers, acting, observation normalisation, reward scaling, the
-update (split into the minibatch steps' loss/gradient, the optimizer step, and
-GAE/batch preparation), evaluation, and the rest of the loop. Start-up
-(building networks, envs, the optimizer) is reported apart and excluded from
-the shares of training time.
+Trains one run (no TensorBoard, checkpoints or intermediate evaluation) and prints
+the shares of its training wall time that the loop measured for each phase as it
+ran (benchmarks/engine/trainer.py LOOP_PHASES, written to summary.json as
+"phase_seconds"): acting, the env step with its wrappers, reward scaling,
+observation normalisation, the update, evaluation, logging and checkpoints; the
+rest (copying rows into the rollout, episode bookkeeping, the loop itself) is
+what the timers leave. Start-up (building networks, envs, optimizers) is not in
+the training wall time. Any run's summary.json holds the same figures.
+For a finer view of one phase, run py-spy on `run.py` directly.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# (phase, predicate on the frame just below train()); first match wins.
-LOOP_PHASES = [
-    ("update", lambda frame: frame.split(" ")[0].endswith(".update")),
-    ("env step (with wrappers)", lambda frame: frame.split(" ")[0].endswith(".step")),
-    ("act", lambda frame: frame.split(" ")[0].endswith(".act")),
-    ("observation normalisation", lambda frame: frame.startswith("ObservationNormalizer.")),
-    ("reward scaling", lambda frame: frame.startswith("RewardScaler.")),
-    ("evaluation", lambda frame: "run_evaluation" in frame),
-    ("start-up", lambda frame: any(name in frame for name in (
-        "build_algorithm", "make_vector_env", "Evaluator.__init__", "RunLogger.__init__", "reset", "versions",
-        "git_commit", "seed_everything", "load_checkpoint", "Rollout.allocate"))),
-]
 
-
-def phase_of(stack: list[str]) -> str | None:
-    """The phase of one sampled stack (innermost frame last), or None outside train()."""
-    for index, frame in enumerate(stack):
-        if frame.startswith("train (") and "trainer.py" in frame:
-            below = stack[index + 1:]
-            if not below:
-                return "training loop (itself)"
-            for phase, matches in LOOP_PHASES:
-                if matches(below[0]):
-                    if phase == "update":
-                        return update_part(below)
-                    return phase
-            return "training loop (itself)"
-    return None
-
-
-def update_part(stack: list[str]) -> str:
-    if any(frame.startswith("Optimizer.") or "optimizer.py" in frame or "adam.py" in frame or "sgd.py" in frame
-           for frame in stack):
-        return "update: optimizer step"
-    if any("minibatch_step" in frame for frame in stack):
-        return "update: minibatch loss + gradient"
-    return "update: GAE, batches, statistics"
+def phase_shares(summary: dict) -> dict[str, float]:
+    """Each timed phase's share of the training wall time, and the rest of the loop's."""
+    wall_time = summary["wall_time_s"]
+    shares = {phase: seconds / wall_time for phase, seconds in summary["phase_seconds"].items()}
+    shares["rest of the loop"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="HalfCheetah")
     parser.add_argument("--algo", default="ppo")
-    parser.add_argument("--backend", default="torch", choices=["torch", "numpy"])
+    parser.add_argument("--backend", default="numpy", choices=["torch", "numpy"])
     parser.add_argument("--steps", type=int, default=40960)
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "profile.txt"
         command = [
-            "py-spy", "record", "-r", str(args.rate), "-f", "raw", "-o", str(raw), "--",
             sys.executable, str(ROOT / "run.py"), f"env={args.env}", f"algo={args.algo}",
-            *([f"algo.backend={args.backend}"] if args.backend != "torch" else []),  # the default, as before it existed
-            f"total_steps={args.steps}", "eval.at_start=false",
+            f"algo.backend={args.backend}", f"total_steps={args.steps}", "eval.at_start=false",
             f"eval.every_steps={10 * args.steps}", "eval.episodes=1", "logging.tensorboard=false",
             "logging.checkpoint=false", "logging.progress_bar=false", f"hydra.run.dir={tmp}/run",
         ]
         subprocess.run(command, check=True, capture_output=True)
-        samples: Counter[str] = Counter()
-        for line in raw.read_text().splitlines():
-            stack, count = line.rsplit(" ", 1)
-            phase = phase_of(stack.split(";"))
-            if phase is not None:
-                samples[phase] += int(count)
-    training = sum(n for phase, n in samples.items() if phase != "start-up")
-    print(f"{args.algo} ({args.backend} backend) on {args.env}, {args.steps} env steps: "
-          f"{training} samples in training, {samples['start-up']} in start-up (excluded)")
-    print("| phase | share of training time |\n|---|---|")
-    for phase, n in sorted(samples.items(), key=lambda item: -item[1]):
-        if phase != "start-up":
-            print(f"| {phase} | {100 * n / training:.1f}% |")
+        summary = json.loads((Path(tmp) / "run" / "summary.json").read_text())
+    print(f"{args.algo} ({args.backend} backend) on {args.env}, {summary['env_steps']} env steps: "
+          f"{summary['wall_time_s']:.1f} s of training ({summary['sps']:.0f} SPS)")
+    print("| phase | seconds | share of training time |\n|---|---|---|")
+    shares = phase_shares(summary)
+    for phase, share in sorted(shares.items(), key=lambda item: -item[1]):
+        print(f"| {phase} | {share * summary['wall_time_s']:.2f} | {100 * share:.1f}% |")
 
 
 if __name__ == "__main__":
