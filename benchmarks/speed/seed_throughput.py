@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.speed.throughput import _has_tabulate, benchmark_config
+from benchmarks.speed.throughput import _has_tabulate, benchmark_config, write_timing_table
 from benchmarks.engine.trainer import train
 
 
@@ -119,15 +119,12 @@ def main(argv=None) -> None:
     print(f"\nalgo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, torch threads 1")
     print(table)
     if args.out:
-        command = "python -m benchmarks.speed.seed_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
-        args.out.write_text(
-            f"# Many seeds in one process: aggregate throughput (issue 14)\n\nMade by `{command}` ({started} to "
-            f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "
-            f"{os.getloadavg()[0]:.2f} after). SPS = env steps of all seeds / (rollout + update time), one core "
-            f"unless stated; `x_one_seed` = against one seed alone on the fastest single-seed path "
-            f"(algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
-            f"random actions, both measured in the same run.\n\n{table}\n")
-        print(f"wrote {args.out}")
+        write_timing_table(
+            args.out, "Many seeds in one process: aggregate throughput (issue 14)", "benchmarks.speed.seed_throughput",
+            argv, started, load_before, None, "SPS = env steps of all seeds / (rollout + update time), one core "
+            "unless stated; `x_one_seed` = against one seed alone on the fastest single-seed path "
+            "(algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
+            "random actions, both measured in the same run.", table)
 
 
 if __name__ == "__main__":

@@ -127,16 +127,22 @@ def main(argv=None) -> None:
     print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
     print(table)
     if args.out:
-        command = "python -m benchmarks.speed.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
-        args.out.write_text(
-            f"# Training throughput (issue 7)\n\nMade by `{command}` ({started} to "
-            f"{time.strftime('%H:%M')}, {os.cpu_count()} cores, 1-minute load average {load_before:.2f} before and "
-            f"{os.getloadavg()[0]:.2f} after; the runs themselves load one core). SPS = env steps / (rollout + update "
-            "time) for this suite, env steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios "
-            "of medians compare implementations under the same machine conditions. `vs_ppo_time_per_step` = wall "
-            "time per env step relative to `ppo` (torch backend); `algo[numpy]` = `algo.backend=numpy`.\n\n"
-            f"{table}\n")
-        print(f"wrote {args.out}")
+        write_timing_table(
+            args.out, "Training throughput (issue 7)", "benchmarks.speed.throughput", argv, started, load_before,
+            "the runs themselves load one core", "SPS = env steps / (rollout + update time) for this suite, env "
+            "steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios of medians compare "
+            "implementations under the same machine conditions. `vs_ppo_time_per_step` = wall time per env step "
+            "relative to `ppo` (torch backend); `algo[numpy]` = `algo.backend=numpy`.", table)
+
+
+def write_timing_table(out: Path, title: str, module: str, argv: list[str] | None, started: str, load_before: float,
+                       load_note: str | None, explanation: str, table: str) -> None:
+    """A timing table as markdown, with the exact command, when it ran and how loaded the machine was."""
+    command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    load = f"1-minute load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after"
+    out.write_text(f"# {title}\n\nMade by `{command}` ({started} to {time.strftime('%H:%M')}, {os.cpu_count()} "
+                   f"cores, {load}{'; ' + load_note if load_note else ''}). {explanation}\n\n{table}\n")
+    print(f"wrote {out}")
 
 
 def _has_tabulate() -> bool:
