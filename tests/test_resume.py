@@ -112,7 +112,7 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(
 
 
 def test_sigterm_during_the_first_evaluation_is_honoured_not_a_silent_kill(make_config, tmp_path, monkeypatch):
-    from benchmarks import trainer
+    from benchmarks.engine import trainer
 
     evaluate = trainer.Evaluator.__call__
     calls = []

@@ -298,12 +298,77 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         return train_locked(cfg, run_dir)
 
 
+class TrainingState:
+    """What a checkpoint holds and a resume restores, written once (state_dict / load_state_dict).
+
+    The agent (the algorithm with its networks, optimizers and buffers; the observation and
+    reward statistics), the environments mid-episode (training and evaluation), the random
+    streams, and the loop's position: the last completed iteration, env steps, the next
+    evaluation, the last evaluation's row, training seconds so far, the phase timers, and the
+    observation and episode-end flags the next step starts from.
+    """
+
+    def __init__(self, cfg: DictConfig, algorithm, obs_normalizer: ObservationNormalizer,
+                 reward_scaler: RewardScaler, envs, evaluator: "Evaluator"):
+        self.config = OmegaConf.to_container(cfg, resolve=True)
+        self.algorithm, self.obs_normalizer, self.reward_scaler = algorithm, obs_normalizer, reward_scaler
+        self.envs, self.evaluator = envs, evaluator
+        self.iteration = 0          # the last completed iteration
+        self.env_steps = 0
+        self.next_eval_at = cfg.eval.every_steps
+        self.last_eval: dict | None = None
+        self.resumed_at: list[int] = []  # env steps at which each resume started
+        self.elapsed = 0.0          # training seconds before this process started
+        self.phases = PhaseTimes()
+        self.obs: torch.Tensor | None = None
+        # True where the previous step ended an episode: the coming step is a reset step.
+        self.episode_ended = np.zeros(cfg.env.num_envs, dtype=bool)
+
+    def start(self, seed: int) -> None:
+        """A fresh run's first observation."""
+        raw_obs, _ = self.envs.reset(seed=seed)
+        self.obs = torch.as_tensor(self.obs_normalizer(raw_obs, update=True), dtype=torch.float32)
+
+    def state_dict(self, wall_time: float, log_sizes: dict[str, int]) -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config,
+            "algorithm": self.algorithm.state_dict(),
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "env_steps": self.env_steps,
+            "iteration": self.iteration,
+            "rng": rng_states(),
+            "envs": vector_env_state(self.envs),
+            "eval_envs": vector_env_state(self.evaluator.envs),
+            "eval_seed": self.evaluator.seed,
+            "loop": {"obs": self.obs.clone(), "episode_ended": torch.from_numpy(self.episode_ended.copy()),
+                     "next_eval_at": self.next_eval_at, "last_eval": self.last_eval, "resumed_at": self.resumed_at,
+                     "wall_time": wall_time, "phase_seconds": dict(self.phases.seconds)},
+            "logs": log_sizes,  # bytes of each CSV log at this point: a resume cuts them back to it
+        }
+
+    def load_state_dict(self, checkpoint: dict) -> None:
+        self.algorithm.load_state_dict(checkpoint["algorithm"])
+        self.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
+        self.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+        load_vector_env_state(self.envs, checkpoint["envs"])
+        load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
+        self.evaluator.seed = checkpoint["eval_seed"]
+        load_rng_states(checkpoint["rng"])
+        loop = checkpoint["loop"]
+        self.obs, self.episode_ended = loop["obs"].clone(), loop["episode_ended"].numpy().copy()
+        self.iteration, self.env_steps = checkpoint["iteration"], checkpoint["env_steps"]
+        self.elapsed, self.last_eval, self.next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
+        self.resumed_at = loop["resumed_at"] + [self.env_steps]
+        self.phases.seconds.update(loop.get("phase_seconds") or {})  # absent from checkpoints made before the timers
+
+
 def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     commit = git_commit()  # at start: the code this process actually loaded
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     env_cfg, algo_cfg = cfg.env, cfg.algo
-    resolved_config = OmegaConf.to_container(cfg, resolve=True)
 
     envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
     obs_dim, action_dim, discrete, action_shape = space_dims(envs)
@@ -316,43 +381,26 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     reward_scaler = RewardScaler(num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip)
     rollout = Rollout.allocate(num_steps, num_envs, obs_dim, action_shape)
     evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000)
+    state = TrainingState(cfg, algorithm, obs_normalizer, reward_scaler, envs, evaluator)
+    phases = state.phases
 
     checkpoint = load_checkpoint(run_dir, cfg) if cfg.logging.checkpoint else None
     if checkpoint is None:
-        raw_obs, _ = envs.reset(seed=cfg.seed)
-        obs = torch.as_tensor(obs_normalizer(raw_obs, update=True), dtype=torch.float32)
-        # True where the previous step ended an episode: the coming step is a reset step.
-        episode_ended = np.zeros(num_envs, dtype=bool)
-        start_iteration, env_steps, elapsed_before = 1, 0, 0.0
-        last_eval, next_eval_at = None, cfg.eval.every_steps
-        resumed_at: list[int] = []
-        phases = PhaseTimes()
+        state.start(cfg.seed)
         logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
                            label=run_label(cfg))
         episodes_log = CSVLog(run_dir / "episodes.csv")
     else:
-        algorithm.load_state_dict(checkpoint["algorithm"])
-        obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
-        reward_scaler.load_state_dict(checkpoint["reward_scaler"])
-        load_vector_env_state(envs, checkpoint["envs"])
-        load_vector_env_state(evaluator.envs, checkpoint["eval_envs"])
-        evaluator.seed = checkpoint["eval_seed"]
-        load_rng_states(checkpoint["rng"])
-        loop = checkpoint["loop"]
-        obs, episode_ended = loop["obs"].clone(), loop["episode_ended"].numpy().copy()
-        start_iteration, env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
-        elapsed_before, last_eval, next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
-        resumed_at = loop["resumed_at"] + [env_steps]
-        phases = PhaseTimes(loop.get("phase_seconds"))  # absent from checkpoints made before the timers
+        state.load_state_dict(checkpoint)
         logs = checkpoint["logs"]
         logger = RunLogger(run_dir, cfg.total_steps, cfg.logging.tensorboard, cfg.logging.progress_bar,
-                           resume={"sizes": logs, "env_steps": env_steps}, label=run_label(cfg))
+                           resume={"sizes": logs, "env_steps": state.env_steps}, label=run_label(cfg))
         episodes_log = CSVLog(run_dir / "episodes.csv", logs["episodes.csv"])
-        print(f"resuming {run_dir} from its checkpoint at {env_steps} env steps", file=sys.stderr)
+        print(f"resuming {run_dir} from its checkpoint at {state.env_steps} env steps", file=sys.stderr)
     # wall_time counts the time of every segment of an interrupted run up to its checkpoint.
-    start_time = time.perf_counter() - elapsed_before
+    start_time = time.perf_counter() - state.elapsed
     checkpoint_every = cfg.logging.checkpoint_every_steps
-    next_checkpoint_at = (env_steps // checkpoint_every + 1) * checkpoint_every
+    next_checkpoint_at = (state.env_steps // checkpoint_every + 1) * checkpoint_every
 
     def run_evaluation(env_steps: int, iteration: int) -> dict:
         started = time.perf_counter()
@@ -369,28 +417,13 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
         logger.log_eval(row)
         return row
 
-    def write_checkpoint(iteration: int) -> None:
-        save_checkpoint({
-            "format": CHECKPOINT_FORMAT,
-            "config": resolved_config,
-            "algorithm": algorithm.state_dict(),
-            "obs_normalizer": obs_normalizer.state_dict(),
-            "reward_scaler": reward_scaler.state_dict(),
-            "env_steps": env_steps,
-            "iteration": iteration,
-            "rng": rng_states(),
-            "envs": vector_env_state(envs),
-            "eval_envs": vector_env_state(evaluator.envs),
-            "eval_seed": evaluator.seed,
-            "loop": {"obs": obs.clone(), "episode_ended": torch.from_numpy(episode_ended.copy()),
-                     "next_eval_at": next_eval_at, "last_eval": last_eval, "resumed_at": resumed_at,
-                     "wall_time": time.perf_counter() - start_time, "phase_seconds": dict(phases.seconds)},
-            "logs": {**logger.sizes(), "episodes.csv": episodes_log.size()},
-        }, run_dir)
+    def write_checkpoint() -> None:
+        save_checkpoint(state.state_dict(time.perf_counter() - start_time,
+                                         {**logger.sizes(), "episodes.csv": episodes_log.size()}), run_dir)
 
     def summary_base(status: str) -> dict:
         return {"status": status, "env": env_cfg.name, "algo": algo_cfg.name, "seed": cfg.seed,
-                "env_steps": env_steps, "resumed_at_env_steps": resumed_at}
+                "env_steps": state.env_steps, "resumed_at_env_steps": state.resumed_at}
 
     # numpy views of the rollout's columns: writing a row through them
     # costs a fraction of a tensor __setitem__ and shares the same memory.
@@ -404,8 +437,9 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
             # inside the signal guard: a SIGTERM during this first evaluation is honoured after the
             # first iteration (checkpoint, "interrupted" summary), never a silent kill
             if checkpoint is None and cfg.eval.at_start:
-                last_eval = run_evaluation(0, 0)
-            for iteration in range(start_iteration, num_iterations + 1):
+                state.last_eval = run_evaluation(0, 0)
+            obs, episode_ended = state.obs, state.episode_ended
+            for iteration in range(state.iteration + 1, num_iterations + 1):
                 iteration_start = time.perf_counter()
                 episode_returns, episode_lengths = [], []
                 with torch.inference_mode():
@@ -440,11 +474,14 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                             episode_returns.extend(info["episode"]["r"][done].tolist())
                             episode_lengths.extend(info["episode"]["l"][done].tolist())
                     rollout.next_value = algorithm.value(obs)
-                env_steps += steps_per_iteration
+                state.obs, state.episode_ended = obs, episode_ended  # where the next rollout starts
+                state.env_steps += steps_per_iteration
+                env_steps = state.env_steps
 
                 update_start = time.perf_counter()
                 stats = algorithm.update(rollout, iteration)
                 check_finite(algorithm, stats, iteration, env_steps)
+                state.iteration = iteration
                 now = time.perf_counter()
                 phases.add("update", now - update_start)
                 log_iteration(logger, episodes_log, stats, env_steps, iteration, episode_returns, episode_lengths,
@@ -452,16 +489,16 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                               steps_per_iteration=steps_per_iteration)
                 phases.add("logging and checkpoints", time.perf_counter() - now)
 
-                if env_steps >= next_eval_at or iteration == num_iterations:
-                    last_eval = run_evaluation(env_steps, iteration)
-                    while next_eval_at <= env_steps:
-                        next_eval_at += cfg.eval.every_steps
+                if env_steps >= state.next_eval_at or iteration == num_iterations:
+                    state.last_eval = run_evaluation(env_steps, iteration)
+                    while state.next_eval_at <= env_steps:
+                        state.next_eval_at += cfg.eval.every_steps
 
                 interrupted = signals.received is not None
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
                                                or iteration == num_iterations):
                     checkpoint_start = time.perf_counter()
-                    write_checkpoint(iteration)
+                    write_checkpoint()
                     phases.add("logging and checkpoints", time.perf_counter() - checkpoint_start)
                     while next_checkpoint_at <= env_steps:
                         next_checkpoint_at += checkpoint_every
@@ -470,7 +507,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                         **summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
                         "checkpointed": bool(cfg.logging.checkpoint)})
                     signals.hand_over(env_steps)
-        logger.log_hparams(resolved_config, final_metrics(last_eval))
+        logger.log_hparams(state.config, final_metrics(state.last_eval))
     except Exception as error:
         if not isinstance(error, TrainingInterrupted):
             # The failure is recorded in the run's own directory, which the report then lists as failed.
@@ -487,15 +524,15 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     summary = {
         **summary_base("complete"),
         "iterations": num_iterations,
-        "final_eval_return_mean": last_eval["eval_return_mean"] if last_eval else None,
-        "final_eval_return_std": last_eval["eval_return_std"] if last_eval else None,
+        "final_eval_return_mean": state.last_eval["eval_return_mean"] if state.last_eval else None,
+        "final_eval_return_std": state.last_eval["eval_return_std"] if state.last_eval else None,
         "wall_time_s": wall_time,
-        "sps": env_steps / wall_time,
+        "sps": state.env_steps / wall_time,
         "phase_seconds": phases.seconds,
         "versions": versions(),
         "machine": machine(),
         "git_commit": commit,
-        "config": resolved_config,
+        "config": state.config,
     }
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
