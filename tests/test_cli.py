@@ -180,3 +180,21 @@ def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(com
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == f"python -m benchmarks.{command}: error: {message.format(**paths)}"
+
+
+def test_mujocos_warning_about_gymnasiums_own_halfcheetah_model_is_not_repeated_every_compile(tmp_path):
+    result = run_cli("env=HalfCheetah", "total_steps=2048", "eval.episodes=1", "logging.tensorboard=false",
+                     "logging.progress_bar=false", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "settotalmass" not in result.stdout + result.stderr
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_other_mujoco_warnings_are_said_once_each(capsys):
+    from benchmarks.engine.envs import mujoco_warning
+
+    for _ in range(3):
+        mujoco_warning("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
+        mujoco_warning("compiler attribute 'settotalmass' is deprecated and will be removed in a future release")
+    assert capsys.readouterr().err == ("mujoco warning: Nan, Inf or huge value in QACC at DOF 0. The simulation "
+                                       "is unstable.\n")

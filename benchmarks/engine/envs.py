@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import sys
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+
+_MUJOCO_WARNINGS_SEEN: set[str] = set()
+
+
+def mujoco_warning(message: str) -> None:
+    """MuJoCo's warnings, each said once on stderr (MuJoCo's own handler prints every one and appends it to
+    MUJOCO_LOG.TXT in the working directory). Left out: the deprecation of the `settotalmass` compiler
+    attribute, which Gymnasium's own HalfCheetah model uses - MuJoCo says it at every model compile, 3-11
+    times a run, about a file in the library, not in this suite or the user's task."""
+    if "'settotalmass' is deprecated" in message or message in _MUJOCO_WARNINGS_SEEN:
+        return
+    _MUJOCO_WARNINGS_SEEN.add(message)
+    print(f"mujoco warning: {message}", file=sys.stderr)
+
+
+def install_mujoco_warning_handler() -> None:
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(mujoco_warning)
 
 
 class DropStepInfo(gym.Wrapper):
@@ -30,6 +52,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, record_stats: bool = 
     the bounds on their way into the env only; the unclipped sample is what
     the algorithm stores and scores.
     """
+    install_mujoco_warning_handler()
     envs = gym.make_vec(
         env_id,
         num_envs=num_envs,
