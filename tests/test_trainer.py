@@ -115,3 +115,71 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
     algorithm, obs_normalizer, loaded_cfg = load_agent(tmp_path / "checkpoint.pt")
     returns = Evaluator(loaded_cfg.env.id, 3, cfg.seed + 1_000_000)(algorithm, obs_normalizer)
     assert returns.mean() == summary["final_eval_return_mean"]
+
+
+def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_config, tmp_path, monkeypatch):
+    """An algorithm that is not PPO (a linear softmax policy trained by REINFORCE on the rollout) and knows
+    nothing of PPO's internals trains, evaluates, checkpoints and resumes through algorithms/interface.py."""
+    import torch
+
+    import algorithms
+    from algorithms.interface import Algorithm
+
+    class LinearReinforce(Algorithm):
+        guarded_stats = ("loss",)
+
+        def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations):
+            self.logits = torch.nn.Linear(obs_dim, action_dim)
+            self.optimizer = torch.optim.SGD(self.logits.parameters(), lr=0.01)
+
+        def act(self, obs):
+            distribution = torch.distributions.Categorical(logits=self.logits(obs))
+            action = distribution.sample()
+            return action, distribution.log_prob(action), torch.zeros(obs.shape[0])
+
+        def act_deterministic(self, obs):
+            return self.logits(obs).argmax(-1)
+
+        def value(self, obs):
+            return torch.zeros(obs.shape[0])
+
+        fail_at = None  # an iteration whose update raises: the run stops there, its checkpoints kept
+
+        def update(self, rollout, iteration):
+            if iteration == self.fail_at:
+                raise RuntimeError("stopped on purpose")
+            valid = rollout.valid
+            log_prob = torch.distributions.Categorical(logits=self.logits(rollout.obs)).log_prob(rollout.actions)
+            loss = -(log_prob * rollout.rewards)[valid].mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return {"loss": float(loss.detach())}
+
+        def named_parameters(self):
+            return self.logits.named_parameters()
+
+        def state_dict(self):
+            return {"logits": self.logits.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+        def load_state_dict(self, state):
+            self.logits.load_state_dict(state["logits"])
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", LinearReinforce)  # the preset's `algorithm: ppo` builds it
+    overrides = ["env=CartPole", "total_steps=2048", "eval.every_steps=1024", "logging.checkpoint_every_steps=512",
+                 *QUIET]
+    summary = train(make_config(overrides), tmp_path / "run")
+    assert summary["status"] == "complete" and summary["env_steps"] == 2048
+    train_log = pd.read_csv(tmp_path / "run" / "train.csv")
+    assert list(train_log["iteration"]) == [1, 2, 3, 4] and "loss" in train_log.columns
+    # stopped in iteration 3, then resumed from its checkpoint: the same numbers as the uninterrupted run
+    LinearReinforce.fail_at = 3
+    with pytest.raises(RuntimeError, match="stopped on purpose"):
+        train(make_config(overrides), tmp_path / "resumed")
+    LinearReinforce.fail_at = None
+    train(make_config(overrides), tmp_path / "resumed")
+    for name in ("train.csv", "eval.csv", "episodes.csv"):
+        numbers = [pd.read_csv(tmp_path / run / name).drop(columns=["wall_time", "sps", "rollout_time", "update_time"],
+                                                            errors="ignore") for run in ("run", "resumed")]
+        pd.testing.assert_frame_equal(*numbers, check_exact=True)
