@@ -29,29 +29,28 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms import build_algorithm
 from algorithms.batched import RandomState, SeedBatch, seed_rollout
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
-from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.trainer import (
     CHECKPOINT_FILES,
-    CHECKPOINT_FORMAT,
     CheckpointError,
     Evaluator,
     NonFiniteError,
     PreemptionSignals,
+    TrainingState,
     check_finite,
     final_metrics,
-    log_iteration,
     git_commit,
     load_checkpoint,
+    log_iteration,
+    machine,
     pack_rng,
     read_checkpoint,
+    run_label,
     run_lock,
     save_checkpoint,
     seed_everything,
     unpack_rng,
-    machine,
-    run_label,
     versions,
 )
 
@@ -68,62 +67,58 @@ def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
     return config
 
 
-class SeedRun:
-    """Everything one seed of the batch owns besides its algorithm: envs, statistics, logs, loop state."""
+class SeedRun(TrainingState):
+    """One seed of the batch: its training state (what its checkpoint holds, defined once in TrainingState)
+    with its own random streams, plus its logs; the batch loop steps all seeds' envs and networks together."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, progress_bar: bool):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         env_cfg, algo_cfg = cfg.env, cfg.algo
         seed_everything(cfg.seed)  # as train() does, so that network init draws what a single-seed run draws
-        self.envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
-        self.dims = space_dims(self.envs)
+        envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
+        self.dims = space_dims(envs)
         obs_dim, action_dim, discrete, _ = self.dims
         self.num_iterations = cfg.total_steps // (env_cfg.num_envs * env_cfg.num_steps)
-        self.algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg,
-                                         self.num_iterations)
-        self.randoms = RandomState()
-        self.obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
-        self.reward_scaler = RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward,
-                                          clip=env_cfg.reward_clip)
-        self.evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000)
+        algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg, self.num_iterations)
+        self.randoms = RandomState()  # the global stream's state after network init: this seed's from here on
+        super().__init__(cfg, algorithm,
+                         ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip),
+                         RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip),
+                         envs, Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000))
         self.progress_bar = progress_bar
-        self.resolved_config = OmegaConf.to_container(cfg, resolve=True)
         self.active = True
-        self.env_steps, self.resumed_at = 0, []
+
+    # the seed's own streams, in train()'s checkpoint layout (its "torch" is the seed's generator)
+    def rng_state(self) -> dict:
+        return pack_rng(self.randoms.python, self.randoms.numpy, self.randoms.torch.get_state())
+
+    def load_rng_state(self, state: dict) -> None:
+        self.randoms.python, self.randoms.numpy, torch_state = unpack_rng(state)
+        self.randoms.torch.set_state(torch_state)
+
+    def obs_tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.obs.copy())
+
+    def load_obs(self, obs: torch.Tensor) -> None:
+        self.obs = obs.numpy().copy()
 
     def start(self, checkpoint: dict | None) -> None:
-        cfg, num_envs = self.cfg, self.cfg.env.num_envs
+        cfg = self.cfg
         if checkpoint is None:
             raw_obs, _ = self.envs.reset(seed=cfg.seed)
             self.obs = self.obs_normalizer(raw_obs, update=True).astype(np.float32)
-            self.episode_ended = np.zeros(num_envs, dtype=bool)
-            self.env_steps, self.elapsed_before, self.last_eval = 0, 0.0, None
-            self.next_eval_at, self.resumed_at = cfg.eval.every_steps, []
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv")
-            self.start_iteration = 1
         else:
-            self.algorithm.load_state_dict(checkpoint["algorithm"])
-            self.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
-            self.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
-            load_vector_env_state(self.envs, checkpoint["envs"])
-            load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
-            self.evaluator.seed = checkpoint["eval_seed"]
-            self.randoms.python, self.randoms.numpy, torch_state = unpack_rng(checkpoint["rng"])
-            self.randoms.torch.set_state(torch_state)
-            loop = checkpoint["loop"]
-            self.obs, self.episode_ended = loop["obs"].numpy().copy(), loop["episode_ended"].numpy().copy()
-            self.start_iteration, self.env_steps = checkpoint["iteration"] + 1, checkpoint["env_steps"]
-            self.elapsed_before, self.last_eval = loop["wall_time"], loop["last_eval"]
-            self.next_eval_at, self.resumed_at = loop["next_eval_at"], loop["resumed_at"] + [self.env_steps]
+            self.load_state_dict(checkpoint)
             logs = checkpoint["logs"]
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     resume={"sizes": logs, "env_steps": self.env_steps}, label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"])
             print(f"resuming {self.run_dir} from its checkpoint at {self.env_steps} env steps", file=sys.stderr)
-        self.start_time = time.perf_counter() - self.elapsed_before
+        self.start_time = time.perf_counter() - self.elapsed
         self.episode_returns, self.episode_lengths = [], []
 
     def evaluate(self, iteration: int) -> None:
@@ -139,26 +134,9 @@ class SeedRun:
         self.logger.log_eval(self.last_eval)
 
     def write_checkpoint(self, iteration: int) -> None:
-        randoms = self.randoms
-        save_checkpoint({
-            "format": CHECKPOINT_FORMAT,
-            "config": self.resolved_config,
-            "algorithm": self.algorithm.state_dict(),
-            "obs_normalizer": self.obs_normalizer.state_dict(),
-            "reward_scaler": self.reward_scaler.state_dict(),
-            "env_steps": self.env_steps,
-            "iteration": iteration,
-            # the seed's own streams, in train()'s layout (its "torch" is the seed's generator)
-            "rng": pack_rng(randoms.python, randoms.numpy, randoms.torch.get_state()),
-            "envs": vector_env_state(self.envs),
-            "eval_envs": vector_env_state(self.evaluator.envs),
-            "eval_seed": self.evaluator.seed,
-            "loop": {"obs": torch.from_numpy(self.obs.copy()),
-                     "episode_ended": torch.from_numpy(self.episode_ended.copy()),
-                     "next_eval_at": self.next_eval_at, "last_eval": self.last_eval, "resumed_at": self.resumed_at,
-                     "wall_time": time.perf_counter() - self.start_time},
-            "logs": {**self.logger.sizes(), "episodes.csv": self.episodes_log.size()},
-        }, self.run_dir)
+        self.iteration = iteration
+        save_checkpoint(self.state_dict(time.perf_counter() - self.start_time,
+                                        {**self.logger.sizes(), "episodes.csv": self.episodes_log.size()}), self.run_dir)
 
     def summary_base(self, status: str) -> dict:
         return {"status": status, "env": self.cfg.env.name, "algo": self.cfg.algo.name, "seed": self.cfg.seed,
@@ -382,7 +360,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
             run.start(checkpoint)
         batch.optimizer_from_seeds()
-        start_iteration = runs[0].start_iteration
+        start_iteration = runs[0].iteration + 1
         checkpoint_every = cfg.logging.checkpoint_every_steps
         next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
 
@@ -475,7 +453,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                     signals.hand_over(env_steps)
         for run in runs:
             if run.active:
-                run.logger.log_hparams(run.resolved_config, final_metrics(run.last_eval))
+                run.logger.log_hparams(run.config, final_metrics(run.last_eval))
     except Exception as error:
         from benchmarks.engine.trainer import TrainingInterrupted
 
@@ -506,7 +484,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
             "versions": versions(),
             "machine": machine(),
             "git_commit": commit,
-            "config": run.resolved_config,
+            "config": run.config,
         }
         write_json_atomic(run.run_dir / "summary.json", summary)
         summaries.append(summary)

@@ -338,15 +338,29 @@ class TrainingState:
             "reward_scaler": self.reward_scaler.state_dict(),
             "env_steps": self.env_steps,
             "iteration": self.iteration,
-            "rng": rng_states(),
+            "rng": self.rng_state(),
             "envs": vector_env_state(self.envs),
             "eval_envs": vector_env_state(self.evaluator.envs),
             "eval_seed": self.evaluator.seed,
-            "loop": {"obs": self.obs.clone(), "episode_ended": torch.from_numpy(self.episode_ended.copy()),
+            "loop": {"obs": self.obs_tensor(), "episode_ended": torch.from_numpy(self.episode_ended.copy()),
                      "next_eval_at": self.next_eval_at, "last_eval": self.last_eval, "resumed_at": self.resumed_at,
                      "wall_time": wall_time, "phase_seconds": dict(self.phases.seconds)},
             "logs": log_sizes,  # bytes of each CSV log at this point: a resume cuts them back to it
         }
+
+    # Where the random streams and the current observation live: here the process's global streams and a
+    # tensor; a seed of a batch (benchmarks/engine/batch_trainer.py) keeps its own streams and a numpy array.
+    def rng_state(self) -> dict:
+        return rng_states()
+
+    def load_rng_state(self, state: dict) -> None:
+        load_rng_states(state)
+
+    def obs_tensor(self) -> torch.Tensor:
+        return self.obs.clone()
+
+    def load_obs(self, obs: torch.Tensor) -> None:
+        self.obs = obs.clone()
 
     def load_state_dict(self, checkpoint: dict) -> None:
         self.algorithm.load_state_dict(checkpoint["algorithm"])
@@ -355,9 +369,10 @@ class TrainingState:
         load_vector_env_state(self.envs, checkpoint["envs"])
         load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
         self.evaluator.seed = checkpoint["eval_seed"]
-        load_rng_states(checkpoint["rng"])
+        self.load_rng_state(checkpoint["rng"])
         loop = checkpoint["loop"]
-        self.obs, self.episode_ended = loop["obs"].clone(), loop["episode_ended"].numpy().copy()
+        self.load_obs(loop["obs"])
+        self.episode_ended = loop["episode_ended"].numpy().copy()
         self.iteration, self.env_steps = checkpoint["iteration"], checkpoint["env_steps"]
         self.elapsed, self.last_eval, self.next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
         self.resumed_at = loop["resumed_at"] + [self.env_steps]
