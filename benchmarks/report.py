@@ -152,12 +152,13 @@ ALGO_STYLE = {
     "outer_ppo_biased": ("#CCBB44", "D"),
     "hp3o": ("#66CCEE", "P"),
     "hp3o_plus": ("#AA3377", "X"),
+    "ppo_kl": ("#EE7733", "*"),  # Tol's "vibrant" orange
 }
 
 
-# Paul Tol's "muted" scheme, none of them in ALGO_STYLE, with markers none of them uses.
-SPARE_STYLES = [("#332288", "*"), ("#882255", "h"), ("#117733", "p"), ("#DDCC77", "<"), ("#88CCEE", ">"),
-                ("#CC6677", "d"), ("#44AA99", "8"), ("#999933", "H")]
+# Colours from Paul Tol's schemes that no ALGO_STYLE colour resembles (indigo, teal, olive), with markers
+# none of them uses.
+SPARE_STYLES = [("#332288", "h"), ("#009988", "d"), ("#999933", "p")]
 
 
 def algo_style(algo: str) -> tuple[str, str]:

@@ -234,3 +234,16 @@ def test_a_published_number_is_drawn_only_at_its_budget_beside_the_same_metric()
     assert any("last-100 training episodes 1442.6 +- 46.0" in label for label in labels)
     assert any(label.startswith("ppo here (3 seeds), same metric:") for label in labels)
     plt.close(fig)
+
+
+def test_every_shipped_preset_has_its_own_colour_and_marker_and_any_other_a_stable_spare():
+    from conftest import ROOT
+
+    from benchmarks.report import ALGO_STYLE, SPARE_STYLES, algo_style
+
+    presets = sorted(path.stem for path in (ROOT / "conf" / "algo").glob("*.yaml"))
+    assert set(presets) == set(ALGO_STYLE)
+    colours, markers = [c for c, _ in ALGO_STYLE.values()], [m for _, m in ALGO_STYLE.values()]
+    assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers)
+    assert not {c for c, _ in SPARE_STYLES} & set(colours) and not {m for _, m in SPARE_STYLES} & set(markers)
+    assert algo_style("my_variant") in SPARE_STYLES and algo_style("my_variant") == algo_style("my_variant")
