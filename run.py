@@ -137,13 +137,12 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     return sum(finals.values()) / len(finals) if finals else None
 
 
-JOB_MARK = ".job"  # gitignored; benchmarks/engine/hydra_callbacks.py finds a sweep's jobs by it
-
-
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:
     """Note in the job's directory that this sweep ran it, and which seeds it holds (a batch job's runs
     are its seeds' directories), before anything can refuse or skip it."""
     import json
+
+    from benchmarks.engine.hydra_callbacks import JOB_MARK  # how the sweep's end finds its jobs
 
     job_dir.mkdir(parents=True, exist_ok=True)
     seeds = OmegaConf.select(cfg, "seeds", default=None)
