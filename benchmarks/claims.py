@@ -166,6 +166,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     runs = [run for suite in args.suites for run in load_runs(suite)]
     table = claims_table(runs)
+    if table.empty:  # nothing to say: the committed table stays as it is
+        parser.exit(2, f"{parser.prog}: error: no claim can be checked from {', '.join(map(str, args.suites))} "
+                       f"(no complete runs of a preset and of ppo on a common task)\n")
     args.out.mkdir(parents=True, exist_ok=True)
     table.round(6).to_csv(args.out / f"{args.name}.csv", index=False)
     text = claims_markdown(table, args.suites)

@@ -35,3 +35,16 @@ def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
     assert np.isclose(row["value"], 1.0)  # sqrt(0.5 * 2)
     table = claims_table(runs)
     assert set(table["preset"]) == {"hp3o"} and (table["seeds"] == 3).all()
+
+
+def test_a_suite_without_runs_is_one_line_and_leaves_the_committed_table_alone(tmp_path, capsys):
+    import pytest
+
+    from benchmarks.claims import main as claims_main
+
+    (tmp_path / "suite").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        claims_main([str(tmp_path / "suite"), "--out", str(tmp_path / "tables")])
+    assert exit_.value.code == 2 and not (tmp_path / "tables").exists()
+    assert capsys.readouterr().err.strip().endswith("no claim can be checked from " + str(tmp_path / "suite") +
+                                                    " (no complete runs of a preset and of ppo on a common task)")

@@ -64,12 +64,17 @@ def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config
     unfinished.mkdir()
     (unfinished / "train.csv").write_text("iteration\n1\n")
     (unfinished / "summary.json").write_text('{"status": "interrupted"}')
-    report_main([str(suite), "--out", str(tmp_path / "plain")])
     seed0 = suite / "CartPole" / "ppo" / "seed0"
+    (seed0 / ".hydra").mkdir()  # as a job that trained writes it
+    (seed0 / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (seed0 / ".hydra" / "hydra.yaml").write_text("hydra:\n  mode: RUN\n")
+    (seed0 / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    report_main([str(suite), "--out", str(tmp_path / "plain")])
     train_csv = (seed0 / "train.csv").read_bytes()
 
     pack_main([str(suite)])
     assert not (seed0 / "train.csv").exists() and not (seed0 / "episodes.csv").exists()
+    assert sorted(p.name for p in (seed0 / ".hydra").iterdir()) == ["config.yaml", "overrides.yaml"]
     assert gzip.decompress((seed0 / "train.csv.gz").read_bytes()) == train_csv
     assert (unfinished / "train.csv").exists() and not (unfinished / "train.csv.gz").exists()
     packed_bytes = (seed0 / "train.csv.gz").read_bytes()
