@@ -428,7 +428,7 @@ def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: P
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, len(space), figsize=(2.7 * len(space), 2.7), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(space), figsize=(max(2.7 * len(space), 5.4), 2.9), sharey=True, squeeze=False)
     values = [t.value for t in complete]
     before = [t for t in complete if t.user_attrs.get("defaults")]
     best = max(complete, key=lambda t: t.value)
