@@ -20,7 +20,6 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          P(improve over PPO) with 95% CIs, and the performance profile
     <out>/plots/<suite>_sample_efficiency.png  rliable's IQM sample-efficiency curves: IQM of normalised
                                          scores at each evaluation, with 95% stratified-bootstrap CIs
-    <out>/plots/<suite>_wall_time.*      training wall time per env step per algorithm
     <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
 Statistics use fixed random states, so the tables regenerate byte-identically.
 The probability of improvement and its stratified-bootstrap CI come from
@@ -547,21 +546,6 @@ def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
     return written
 
 
-def plot_wall_time(table: pd.DataFrame, suite: str, plots_dir: Path) -> list[Path]:
-    """Training wall time per env step per algorithm, one group of bars per task."""
-    import matplotlib.pyplot as plt
-
-    pivot = table.pivot(index="task", columns="algo", values="us_per_step")  # bars coloured by algorithm
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(pivot.columns) + 2), 3.6))
-    pivot.plot.bar(ax=ax, rot=0, color=[algo_color(algo) for algo in pivot.columns])
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ax.set_ylabel("training wall time per env step (us)")
-    ax.set_xlabel("")
-    ax.set_title(f"{suite}: wall time per env step (runs sharing the machine; see benchmarks.speed.throughput)", fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    return save_figure(fig, plots_dir / f"{suite}_wall_time")
-
-
 def suite_command(suite_dir: Path) -> str:
     """The sweep command, rebuilt from Hydra's multirun.yaml.
 
@@ -621,7 +605,7 @@ def report_suite(suite_dir: Path, out: Path) -> None:
         else:
             aggregate_plots = []
     plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
-             + plot_wall_time(table, suite, out / "plots") + (aggregate_plots if aggregate is not None else []))
+             + (aggregate_plots if aggregate is not None else []))
     print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 
@@ -663,7 +647,9 @@ def figures_page(out: Path) -> str:
     lines = ["# Figures", "",
              "Every figure `python -m benchmarks.report` makes, with what it shows and what it reads (written by "
              "the same command from the tables beside them; numbers are final evaluation returns, mean over seeds).",
-             ""]
+             "", "No figure draws wall time from these runs, which shared the machine with other runs: training "
+             "speed is measured for timing by `python -m benchmarks.speed.throughput` and `python -m "
+             "benchmarks.speed.seed_throughput` (tables/throughput_*.md, tables/seed_throughput.md).", ""]
     for table_path in sorted((out / "tables").glob("*.csv")):
         suite = table_path.stem
         if suite.endswith("_aggregate") or suite.startswith(("claims", "throughput", "seed_throughput")):
@@ -710,13 +696,6 @@ def figures_page(out: Path) -> str:
                       "IQM of normalised evaluation scores over all tasks and seeds at each evaluation, with 95% "
                       "stratified-bootstrap CIs (rliable): how fast each preset learns, across tasks.  ",
                       "The area under these curves is what the tuning objective and the AUC claims measure.", ""]
-        wall = out / "plots" / f"{suite}_wall_time.png"
-        if wall.exists():
-            lines += [f"![{suite} wall time](plots/{suite}_wall_time.png)", "",
-                      "Training wall time per env step of this suite's own runs, which shared the machine with other "
-                      "runs.  ",
-                      "For speed comparisons read the throughput tables (tables/throughput_*.md, "
-                      "tables/seed_throughput.md), measured for timing.", ""]
     for heatmap in sorted((out / "plots").glob("*_sensitivity.png")):
         lines += [f"![{heatmap.stem}](plots/{heatmap.name})", "",
                   f"{heatmap.stem}: a sensitivity grid (see the figure's title for the swept values and seeds).  ",
