@@ -398,6 +398,7 @@ def report(tune: str, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "ppo-variants-bench"  # stable SVG ids: unchanged figures stay identical
 
     rows = study_rows(tune)
     base = rows[0]["study"].user_attrs.get("base", {}) if rows else {}
