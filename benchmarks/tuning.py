@@ -457,10 +457,9 @@ def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: P
     axes[0][0].set_ylabel("normalised AUC (tuning tasks)", fontsize=8)
     axes[0][0].legend(fontsize=6, loc="best")
     fig.suptitle(f"{tune}: {row['preset']}, {len(complete)} trials - objective against each tuned value", fontsize=9)
-    fig.tight_layout()
-    for suffix in ("png", "svg"):
-        fig.savefig(out / f"{tune}_{row['preset']}_sensitivity.{suffix}", dpi=120)
-    plt.close(fig)
+    from benchmarks.report import save_figure
+
+    save_figure(fig, out / f"{tune}_{row['preset']}_sensitivity", dpi=120)  # no date stamp in the SVG
 
 
 # ---------------------------------------------------------------------------
