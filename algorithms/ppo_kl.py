@@ -53,7 +53,7 @@ class PPOKL(PPO):
         ratio = log_ratio.exp()
         surrogate_loss = -(ratio * new.advantages).mean()
         with torch.no_grad():
-            stats.update(policy_loss=surrogate_loss.detach(), approx_kl=((ratio - 1.0) - log_ratio).mean(),
+            stats.update(policy_loss=surrogate_loss.detach(), approx_kl=sample_kl(log_ratio),
                          clip_fraction=((ratio - 1.0).abs() > self.cfg.clip_coef).float().mean(),  # for comparison
                          ratio_mean=ratio.mean(), ratio_max=ratio.max())
         return surrogate_loss
@@ -65,8 +65,7 @@ class PPOKL(PPO):
 
     def kl_penalty_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """beta * KL[pi_rollout, pi], estimated per sample as (r - 1) - log r."""
-        log_ratio = new.log_prob - minibatch["log_probs"]
-        kl = (log_ratio.exp() - 1.0 - log_ratio).mean()
+        kl = sample_kl(new.log_prob - minibatch["log_probs"])
         stats["kl_penalty"] = (self.kl_beta * kl).detach()
         return self.kl_beta * kl
 
@@ -77,7 +76,7 @@ class PPOKL(PPO):
         stats["kl_beta"] = self.kl_beta  # the beta this update used
         with torch.no_grad():
             log_ratio = self.policy.evaluate_actor(batch["obs"], batch["actions"])[0] - batch["log_probs"]
-            update_kl = float((log_ratio.exp() - 1.0 - log_ratio).mean())
+            update_kl = float(sample_kl(log_ratio))
         stats["update_kl"] = update_kl
         self.kl_beta = adapted_beta(self.kl_beta, update_kl, self.cfg.kl_target, self.cfg.kl_tolerance,
                                     self.cfg.kl_factor)
@@ -89,6 +88,11 @@ class PPOKL(PPO):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.kl_beta = state["kl_beta"]
+
+
+def sample_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+    """KL[pi_rollout, pi] estimated from the rollout's actions: mean of (r - 1) - log r, r = exp(log_ratio)."""
+    return (log_ratio.exp() - 1.0 - log_ratio).mean()
 
 
 def adapted_beta(beta: float, kl: float, target: float, tolerance: float, factor: float) -> float:
