@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> float | None:
     if trained_steps != cfg.total_steps:  # the budget is whole iterations
         print(f"note: total_steps={cfg.total_steps} trains {trained_steps} env steps ({trained_steps // rollout} "
               f"iteration(s) of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
-    # A measured result the user should know before spending the compute (conf/tuned/<family>.yaml).
+    # A measured result the user should know before spending the compute (env.tuned.<preset>.known_result).
     known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
     if known_result:
         print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)

@@ -2,9 +2,11 @@
 
 Protocol (README "Tuning"), per task family:
   stage 1  tune PPO's core hyperparameters (env.hparams: every preset reads them);
-  apply    write the best values into conf/env_family/<family>.yaml;
+  apply    write the best values into the study's values file (conf/tuning/<round>.yaml: hparams);
   stage 2  tune each variant's own hyperparameters (env.tuned.<preset>) on top of it;
-  apply    write each variant's best values into conf/tuned/<family>.yaml.
+  apply    write each variant's best values into the same file (tuned.<preset>).
+A task family makes a round its default by including the values file (conf/env_family/mujoco.yaml
+includes conf/tuning/mujoco_300k.yaml); any run can pick a round with +tuning=<round>.
 Every preset gets the same number of trials, on the same tuning tasks and tuning seeds.
 
     python run.py -m hydra/sweeper=tune +tune=mujoco algo=ppo hydra/launcher=joblib hydra.launcher.n_jobs=2

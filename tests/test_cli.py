@@ -79,7 +79,7 @@ def test_tensorboard_event_file_is_written(tmp_path):
 
 
 def test_a_measured_result_for_the_preset_and_family_is_said_at_the_start(tmp_path):
-    """conf/tuned/<family>.yaml may hold a known_result per preset: the run prints it before training."""
+    """A family's values may hold a known_result per preset (env.tuned.<preset>): the run prints it before training."""
     result = run_cli("algo=hp3o", "+env.tuned.hp3o.known_result='did not learn in 16 trials (study hp3o)'",
                      "total_steps=512", "eval.episodes=1", "logging.tensorboard=false", "logging.progress_bar=false",
                      f"hydra.run.dir={tmp_path}")

@@ -70,7 +70,7 @@ COMMON_RULES: list[Rule] = [
     boolean("env.scale_reward"),
     positive_number("env.obs_clip"),
     positive_number("env.reward_clip"),
-    # conf/tuned/<family>.yaml: each preset's tuned values; each is range-checked where its preset reads it (algo.*).
+    # env.tuned (conf/tuned/<family>.yaml or a conf/tuning round): each preset's values; each is range-checked where its preset reads it (algo.*).
     ("env.tuned", lambda v: isinstance(v, dict) and all(isinstance(block, dict) for block in v.values()),
      "a mapping: preset name -> its tuned values"),
 ]
