@@ -13,4 +13,6 @@ def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cf
     """network: the task's policy network (env.network), None for the MLP of algo.hidden_sizes."""
     if kind not in ALGORITHMS:
         raise ValueError(f"algo.algorithm must be one of {sorted(ALGORITHMS)} (got {kind!r})")
-    return ALGORITHMS[kind](obs_dim, action_dim, discrete, cfg, num_iterations, network)
+    arguments = (obs_dim, action_dim, discrete, cfg, num_iterations)
+    # passed only when a task asks for another network: an algorithm written for MLP tasks needs no network argument
+    return ALGORITHMS[kind](*arguments) if network is None else ALGORITHMS[kind](*arguments, network=network)
