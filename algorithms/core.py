@@ -140,6 +140,19 @@ class ActorCritic(nn.Module):
         return log_prob, entropy
 
 
+def make_policy(obs_dim: int, action_dim: int, discrete: bool, hidden_sizes: tuple, network: dict | None = None):
+    """The task's policy network (env.network): the MLP ActorCritic of algo.hidden_sizes unless the task asks for
+    another kind; `causal_lm` is the language model of token tasks (algorithms/lm_policy.py)."""
+    kind = (network or {}).get("kind", "mlp")
+    if kind == "mlp":
+        return ActorCritic(obs_dim, action_dim, discrete, hidden_sizes)
+    if kind == "causal_lm":
+        from algorithms.lm_policy import CausalLMActorCritic  # transformers: the optional [rlhf] extra
+
+        return CausalLMActorCritic(action_dim, network["init_from"], network.get("temperature", 1.0))
+    raise ValueError(f"env.network.kind must be mlp or causal_lm, got {kind!r}")
+
+
 # ---------------------------------------------------------------------------
 # Running statistics: observation normalisation and reward scaling
 # ---------------------------------------------------------------------------

@@ -195,8 +195,9 @@ class HP3O(PPO):
                           f"per trajectory), got {algo['steps_per_batch']}")
         return errors
 
-    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
-        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
+                 network: dict | None = None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
         self.buffer = TrajectoryBuffer(self.cfg.buffer_size)
         # One unfinished episode per env (dict of STEP_FIELDS tensors, or None), sized on the first rollout.
         self.partial_episodes: list[dict | None] = []

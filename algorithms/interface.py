@@ -2,7 +2,10 @@
 
 An algorithm is built once per run from its preset (conf/algo/<preset>.yaml):
 
-    Algorithm(obs_dim, action_dim, discrete, cfg, num_iterations)
+    Algorithm(obs_dim, action_dim, discrete, cfg, num_iterations, network=None)
+
+(network: the task's policy network, env.network; None is the MLP of algo.hidden_sizes, and
+algorithms/core.make_policy builds either, the causal language model of token tasks included)
 
 and then driven by the loop: act on every env step, value to bootstrap the last one,
 update once per rollout, act_deterministic to evaluate, state_dict/load_state_dict to

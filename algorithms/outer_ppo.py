@@ -83,8 +83,9 @@ class OuterPPO(PPO):
     ]
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
-    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
-        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)  # policy + inner optimizer
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
+                 network: dict | None = None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)  # policy + inner optimizer
         # The behaviour parameters the outer step applies to; the others (the critic
         # when apply_to=actor) simply keep theta*_k from the inner loop.
         if self.cfg.apply_to == "actor" or self.full_batch:

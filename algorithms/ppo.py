@@ -21,10 +21,10 @@ import torch
 from torch import nn
 
 from algorithms.core import (
-    ActorCritic,
     Rollout,
     clipped_policy_loss,
     compute_gae,
+    make_policy,
     make_optimizer,
     normalize_advantages,
     plain_config,
@@ -101,10 +101,11 @@ class PPO(Algorithm):
         # The numpy gradient is PPO's loss's: a changed loss would step on a gradient it never wrote.
         return all(getattr(cls, method) is getattr(PPO, method) for method in LOSS_METHODS)
 
-    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
+                 network: dict | None = None):
         self.cfg = plain_config(cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
-        self.policy = ActorCritic(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes))
+        self.policy = make_policy(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes), network)
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
         # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
         if self.cfg.backend == "numpy" and not self.runs_on_numpy_backend():

@@ -41,8 +41,9 @@ class PPOKL(PPO):
     ]
     guarded_stats = (*PPO.guarded_stats, "kl_beta", "kl_penalty")
 
-    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int):
-        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations)
+    def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
+                 network: dict | None = None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
         self.kl_beta = float(self.cfg.kl_beta_init)
 
     # -- the loss: one term replaced, one added ----------------------------------

@@ -6,10 +6,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from benchmarks.engine.validate import (
-    COMMON_RULES,
     ENV_HPARAM_RULES,
     ConfigError,
-    algorithm_rules,
+    config_rules,
     leaf_keys,
     validate_config,
 )
@@ -25,7 +24,7 @@ def test_every_key_of_every_config_has_a_rule_and_every_shipped_config_passes(al
         cfg = make_config([f"algo={algo}", f"env={env}"])
         validate_config(cfg)
         data = OmegaConf.to_container(cfg, resolve=True)
-        ruled = {rule[0] for rule in COMMON_RULES + algorithm_rules(data["algo"]["algorithm"])}
+        ruled = {rule[0] for rule in config_rules(data)}
         ruled |= {rule[0] for rule in ENV_HPARAM_RULES.values()} | {"algo.algorithm"}
         unchecked = [key for key in leaf_keys(data)
                      if not any(key == r or key.startswith(r + ".") for r in ruled)]
@@ -51,7 +50,7 @@ BAD_CONFIGS = [
     (["algo.max_grad_norm=0"], "algo.max_grad_norm must be a number > 0, got 0"),
     (["env.obs_clip=0"], "env.obs_clip must be a number > 0, got 0"),
     (["env.normalize_obs=1"], "env.normalize_obs must be true or false, got 1"),
-    (["env.family=atari"], "env.family must be one of classic, classic_continuous, mujoco, got 'atari'"),
+    (["env.family=atari"], "env.family must be one of classic, classic_continuous, mujoco, rlhf, got 'atari'"),
     (["env.name=a/b"], "env.name must be a non-empty name without '/', got 'a/b'"),
     (["env.reference_score=0"],
      "env.reference_score must be > env.random_score = 25.08 (scores are normalised by their difference), got 0"),

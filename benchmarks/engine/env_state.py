@@ -43,6 +43,15 @@ def _from_stored(value):
     return value.numpy().copy() if isinstance(value, torch.Tensor) else value
 
 
+def _from_stored_tree(value):
+    """_from_stored through dicts and lists (a state_dict() stored by _to_stored)."""
+    if isinstance(value, dict):
+        return {k: _from_stored_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_from_stored_tree(v) for v in value)
+    return _from_stored(value)
+
+
 def _plain(value) -> bool:
     return value is None or isinstance(value, (bool, int, float, np.ndarray, np.generic)) or (
         isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value))
@@ -130,23 +139,30 @@ _VECTOR_ATTRIBUTES = ("episode_count", "episode_returns", "episode_lengths", "pr
 
 
 def vector_env_state(envs: gym.vector.VectorEnv) -> dict:
+    """SyncVectorEnv: each sub-env's state read off its layers; a vector env of its own (the token envs of
+    benchmarks/rlhf/env.py) says what its state is with state_dict()."""
     layers = _vector_layers(envs)
     base = layers[-1]
-    if not isinstance(base, gym.vector.SyncVectorEnv):
-        raise TypeError(f"only SyncVectorEnv can be checkpointed, got {type(base).__name__}")
-    return {
-        "layers": [{k: _to_stored(getattr(layer, k)) for k in _VECTOR_ATTRIBUTES if k in vars(layer)}
-                   for layer in layers],
-        "sub_envs": [sub_env_state(env) for env in base.envs],
-    }
+    stored = {"layers": [{k: _to_stored(getattr(layer, k)) for k in _VECTOR_ATTRIBUTES if k in vars(layer)}
+                         for layer in layers]}
+    if isinstance(base, gym.vector.SyncVectorEnv):
+        return {**stored, "sub_envs": [sub_env_state(env) for env in base.envs]}
+    if hasattr(base, "state_dict"):
+        return {**stored, "own": _to_stored(base.state_dict())}
+    raise TypeError(f"{type(base).__name__} cannot be checkpointed: a SyncVectorEnv or a vector env with state_dict()")
 
 
 def load_vector_env_state(envs: gym.vector.VectorEnv, state: dict) -> None:
     layers = _vector_layers(envs)
-    if len(layers) != len(state["layers"]) or len(layers[-1].envs) != len(state["sub_envs"]):
+    base = layers[-1]
+    if len(layers) != len(state["layers"]) or ("own" in state) != (not isinstance(base, gym.vector.SyncVectorEnv)) \
+            or ("own" not in state and len(base.envs) != len(state["sub_envs"])):
         raise ValueError("the checkpoint's env layout differs from this run's (num_envs or wrappers changed)")
     for layer, stored in zip(layers, state["layers"]):
         for key, value in stored.items():
             setattr(layer, key, _from_stored(value))
-    for env, stored in zip(layers[-1].envs, state["sub_envs"]):
+    if "own" in state:
+        base.load_state_dict(_from_stored_tree(state["own"]))
+        return
+    for env, stored in zip(base.envs, state["sub_envs"]):
         load_sub_env_state(env, stored)

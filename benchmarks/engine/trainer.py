@@ -29,6 +29,7 @@ from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +49,8 @@ class Evaluator:
     evaluation sees fresh but reproducible start states.
     """
 
-    def __init__(self, env_id: str, episodes: int, seed: int):
-        self.envs = make_vector_env(env_id, episodes, seed, record_stats=False)
+    def __init__(self, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None):
+        self.envs = make_vector_env(env_id, episodes, seed, record_stats=False, env_kwargs=env_kwargs)
         self.seed: int | None = seed
 
     def __call__(self, algorithm, obs_normalizer: ObservationNormalizer) -> np.ndarray:
@@ -106,6 +107,11 @@ def compose_config(overrides: list[str]) -> DictConfig:
 # so that a stored run still counts as the same config as a rerun of its command.
 # inner_loop/inner_epochs: every Outer-PPO run before them used PPO's own inner loop.
 LATER_ALGO_KEYS = {"backend": "torch", "inner_loop": "ppo", "inner_epochs": 4}
+
+
+def task_kwargs(env_cfg) -> dict | None:
+    """The task's own constructor arguments (env.kwargs; the token tasks': reward, temperature, ...)."""
+    return OmegaConf.to_container(env_cfg.kwargs, resolve=True) if "kwargs" in env_cfg else None
 
 
 def numbers_relevant(config: dict) -> dict:
@@ -309,9 +315,10 @@ class TrainingState:
     """
 
     def __init__(self, cfg: DictConfig, algorithm, obs_normalizer: ObservationNormalizer,
-                 reward_scaler: RewardScaler, envs, evaluator: "Evaluator"):
+                 reward_scaler: RewardScaler, envs, evaluator: "Evaluator", kl_penalty: ReferenceKLPenalty | None = None):
         self.config = OmegaConf.to_container(cfg, resolve=True)
         self.algorithm, self.obs_normalizer, self.reward_scaler = algorithm, obs_normalizer, reward_scaler
+        self.kl_penalty = kl_penalty
         self.envs, self.evaluator = envs, evaluator
         self.iteration = 0          # the last completed iteration
         self.env_steps = 0
@@ -336,6 +343,7 @@ class TrainingState:
             "algorithm": self.algorithm.state_dict(),
             "obs_normalizer": self.obs_normalizer.state_dict(),
             "reward_scaler": self.reward_scaler.state_dict(),
+            **({"kl_penalty": self.kl_penalty.state_dict()} if self.kl_penalty is not None else {}),
             "env_steps": self.env_steps,
             "iteration": self.iteration,
             "rng": self.rng_state(),
@@ -366,6 +374,8 @@ class TrainingState:
         self.algorithm.load_state_dict(checkpoint["algorithm"])
         self.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
         self.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+        if self.kl_penalty is not None:
+            self.kl_penalty.load_state_dict(checkpoint["kl_penalty"])
         load_vector_env_state(self.envs, checkpoint["envs"])
         load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
         self.evaluator.seed = checkpoint["eval_seed"]
@@ -385,18 +395,23 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     seed_everything(cfg.seed)
     env_cfg, algo_cfg = cfg.env, cfg.algo
 
-    envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
+    env_kwargs = task_kwargs(env_cfg)
+    envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed, env_kwargs=env_kwargs)
     obs_dim, action_dim, discrete, action_shape = space_dims(envs)
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
     num_iterations = cfg.total_steps // steps_per_iteration
 
-    algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg, num_iterations)
+    algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg, num_iterations,
+                                network=OmegaConf.to_container(env_cfg.network) if "network" in env_cfg else None)
     obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
     reward_scaler = RewardScaler(num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip)
+    # Token tasks (RLHF): the per-token KL penalty to the reference model, and the task's per-episode numbers.
+    kl_penalty = ReferenceKLPenalty(env_cfg.kl_penalty, num_envs) if "kl_penalty" in env_cfg else None
+    episode_infos = EpisodeInfoMeans()
     rollout = Rollout.allocate(num_steps, num_envs, obs_dim, action_shape)
-    evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000)
-    state = TrainingState(cfg, algorithm, obs_normalizer, reward_scaler, envs, evaluator)
+    evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000, env_kwargs)
+    state = TrainingState(cfg, algorithm, obs_normalizer, reward_scaler, envs, evaluator, kl_penalty)
     phases = state.phases
 
     checkpoint = load_checkpoint(run_dir, cfg) if cfg.logging.checkpoint else None
@@ -474,6 +489,8 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                         after_step = time.perf_counter()
                         episode_ended = terminated | truncated
                         raw_rewards_np[t] = reward
+                        if kl_penalty is not None:  # the reward learnt from: score - beta * log(pi / pi_ref)
+                            reward = kl_penalty(reward, log_probs_np[t], info["ref_log_prob"], valid, episode_ended)
                         rewards_np[t] = reward_scaler(reward, episode_ended, valid)
                         after_scaling = time.perf_counter()
                         terminated_np[t] = terminated
@@ -484,6 +501,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                         phases.add("reward scaling", after_scaling - after_step)
                         phases.add("observation normalisation", time.perf_counter() - after_scaling)
 
+                        episode_infos.add(info)
                         if "_episode" in info:
                             done = info["_episode"]
                             episode_returns.extend(info["episode"]["r"][done].tolist())
@@ -493,9 +511,13 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 state.env_steps += steps_per_iteration
                 env_steps = state.env_steps
 
+                if env_cfg.get("whiten_rewards", False):
+                    whiten_rewards(rollout.rewards, rollout.valid)
                 update_start = time.perf_counter()
                 stats = algorithm.update(rollout, iteration)
                 check_finite(algorithm, stats, iteration, env_steps)
+                stats.update(kl_penalty.end_rollout() if kl_penalty is not None else {})
+                stats.update(episode_infos.end_rollout())
                 state.iteration = iteration
                 now = time.perf_counter()
                 phases.add("update", now - update_start)

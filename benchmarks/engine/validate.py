@@ -12,6 +12,7 @@ from algorithms.schema import (  # noqa: F401  (the rule builders, re-exported f
     is_int,
     is_number,
     name,
+    non_negative_number,
     number,
     one_of,
     positive_int,
@@ -57,7 +58,7 @@ COMMON_RULES: list[Rule] = [
     boolean("logging.checkpoint"),
     positive_int("logging.checkpoint_every_steps"),
     name("env.name"),
-    one_of("env.family", ["classic", "classic_continuous", "mujoco"]),
+    one_of("env.family", ["classic", "classic_continuous", "mujoco", "rlhf"]),
     ("env.id", lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"),
     positive_int("env.total_steps"),
     positive_int("env.eval_every_steps"),
@@ -75,6 +76,25 @@ COMMON_RULES: list[Rule] = [
      "a mapping: preset name -> its tuned values"),
 ]
 
+# The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
+# penalty to the reference model. Allowed in that family only.
+TOKEN_TASK_RULES: list[Rule] = [
+    one_of("env.backend", ["torch"]),
+    one_of("env.network.kind", ["causal_lm"]),
+    ("env.network.init_from", lambda v: isinstance(v, str) and len(v) > 0,
+     "rlhf/<task> (the task's cached reference model) or a model directory"),
+    positive_number("env.network.temperature"),
+    one_of("env.kwargs.reward", ["model", "judge"]),
+    positive_number("env.kwargs.temperature"),
+    ("env.kwargs.missing_eos_penalty", lambda v: v is None or (is_number(v) and v >= 0),
+     "null (no penalty) or a number >= 0"),
+    non_negative_number("env.kl_penalty.coef"),
+    boolean("env.kl_penalty.adaptive"),
+    positive_number("env.kl_penalty.target"),
+    positive_number("env.kl_penalty.horizon"),
+    boolean("env.whiten_rewards"),
+]
+
 # env.hparams: the task family's PPO defaults, which the algo presets interpolate
 # (algo.lr: ${env.hparams.lr}); any subset of these keys, each in its algo.* range.
 ENV_HPARAM_RULES: dict[str, Rule] = {
@@ -88,6 +108,14 @@ ENV_HPARAM_RULES: dict[str, Rule] = {
 def algorithm_rules(kind: str) -> list[Rule]:
     """The rules of algo.* for one algorithm kind (the `algorithm` key of a preset), from its class."""
     return rules_of(ALGORITHMS[kind])
+
+
+def config_rules(data: dict) -> list[Rule]:
+    """Every rule a resolved config is checked against: the common ones, its algorithm's, its task family's."""
+    rules = COMMON_RULES + algorithm_rules(data["algo"]["algorithm"])
+    if data.get("env", {}).get("family") == "rlhf":
+        rules = rules + TOKEN_TASK_RULES
+    return rules
 
 
 def get_dotted(container: dict, dotted: str):
@@ -111,7 +139,7 @@ def validate_config(cfg: DictConfig) -> None:
     kind = data.get("algo", {}).get("algorithm")
     if kind not in ALGORITHMS:
         raise ConfigError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHMS))} (got {kind!r})")
-    rules = COMMON_RULES + algorithm_rules(kind)
+    rules = config_rules(data)
 
     for key, check, allowed in rules:
         try:
@@ -191,6 +219,14 @@ def _cross_checks(data: dict) -> list[str]:
         if algo["target_kl"] is not None:
             errors.append(f"algo.target_kl must be null with seeds=[...]: early stopping is per seed and the "
                           f"batch steps all seeds together (got {algo['target_kl']})")
+    if env["family"] == "rlhf":
+        if algo["backend"] != "torch":
+            errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the numpy backend computes "
+                          f"MLPs only, got {algo['backend']!r}")
+        if env["kwargs"]["temperature"] != env["network"]["temperature"]:
+            errors.append(f"env.kwargs.temperature must equal env.network.temperature (the reference's log-probabilities "
+                          f"must be of the same tempered distribution as the policy's), got {env['kwargs']['temperature']} "
+                          f"and {env['network']['temperature']}")
     if env["reference_score"] is not None and env["reference_score"] <= env["random_score"]:
         errors.append(f"env.reference_score must be > env.random_score = {env['random_score']} (scores are "
                       f"normalised by their difference), got {env['reference_score']}")

@@ -1,0 +1,271 @@
+"""The RLHF-style token tasks (benchmarks/rlhf): tasks, models, the token env, the language-model policy,
+the per-token KL penalty, and a run through the shared trainer, killed and resumed."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the token tasks need the optional extra: pip install -e .[rlhf]")
+
+from algorithms.lm_policy import CausalLMActorCritic  # noqa: E402
+from benchmarks.engine.reference_kl import ADAPTIVE_CLIP, EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards  # noqa: E402
+from benchmarks.engine.trainer import train  # noqa: E402
+from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
+from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv, next_token_log_probs  # noqa: E402
+from benchmarks.rlhf.models import build_tokenizer, model_dir  # noqa: E402
+from benchmarks.rlhf.tasks import BOS, EOS, get_task  # noqa: E402
+from tests.conftest import QUIET  # noqa: E402
+from tests.test_resume import assert_same_metrics, launch, wait_for_rows  # noqa: E402
+
+ARITHMETIC, PRAISE = get_task("arithmetic"), get_task("praise")
+
+
+# -- tasks -------------------------------------------------------------------------
+
+
+def test_arithmetic_judge_wants_the_exact_sum_then_eos():
+    prompt = [BOS, "7", "+", "5", "="]
+    assert ARITHMETIC.judge(prompt, ["1", "2", EOS]) == 1.0
+    assert ARITHMETIC.judge(prompt, ["1", "3", EOS]) == 0.0
+    assert ARITHMETIC.judge(prompt, ["1", "2"]) == 0.0            # cut off before <eos>
+    assert ARITHMETIC.judge(prompt, ["1", "+", EOS]) == 0.0
+    assert ARITHMETIC.judge(prompt, [EOS]) == 0.0
+
+
+def test_arithmetic_reference_corpus_is_right_30_percent_and_one_too_many_40_percent():
+    rng = np.random.default_rng(0)
+    prompts = [ARITHMETIC.prompt(rng) for _ in range(5000)]
+    answers = [int("".join(ARITHMETIC.reference_response(p, rng)[:-1])) - ARITHMETIC.answer(p) for p in prompts]
+    assert abs(np.mean(np.equal(answers, 0)) - 0.3) < 0.02
+    assert abs(np.mean(np.equal(answers, 1)) - 0.4) < 0.02
+
+
+def review(*adjectives: str) -> list[str]:
+    words = [adjectives[0]]
+    for adjective in adjectives[1:]:
+        words += ["and", "the", "room", "was", adjective]
+    return words + [".", EOS]
+
+
+def test_praise_judge_is_mean_sentiment_of_a_well_formed_review_and_the_labeller_sums():
+    prompt = [BOS, "the", "food", "was"]
+    assert PRAISE.judge(prompt, review("good")) == 1.0
+    assert PRAISE.judge(prompt, review("good", "rude", "ok")) == 0.0
+    assert PRAISE.judge(prompt, review("good", "great")) == 1.0
+    assert PRAISE.labeller(prompt, review("good", "great")) == 2.0      # the length bias
+    # a fourth clause: the labeller pays for it, the judge calls it ill-formed
+    assert PRAISE.labeller(prompt, review("good", "good", "good", "good")) == 4.0
+    assert PRAISE.judge(prompt, review("good", "good", "good", "good")) == -1.0
+    assert PRAISE.judge(prompt, ["good", "good", ".", EOS]) == -1.0
+    assert PRAISE.judge(prompt, ["good", "."]) == -1.0                  # no <eos>
+
+
+def test_the_longest_well_formed_review_and_one_clause_more_fit_the_response_room():
+    assert len(review("good", "good", "good", "good")) == PRAISE.max_new_tokens
+
+
+def test_tokenizer_is_a_transformers_tokenizer_over_the_task_vocabulary():
+    tokenizer = build_tokenizer(ARITHMETIC)
+    ids = tokenizer("<bos> 7 + 5 = 1 2 <eos>")["input_ids"]
+    assert ids == [ARITHMETIC.vocabulary.index(t) for t in "<bos> 7 + 5 = 1 2 <eos>".split()]
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, EOS_ID)
+
+
+# -- models and the env ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def praise_env():
+    env = TokenVectorEnv(num_envs=3, task="praise", reward="model", temperature=0.7)
+    env.reset(seed=0)
+    return env
+
+
+def force(env: TokenVectorEnv, words: list[str]):
+    """Write the same response in every env; the steps' results."""
+    steps = []
+    for word in words:
+        action = np.full(env.num_envs, PRAISE.vocabulary.index(word))
+        steps.append(env.step(action))
+    return steps
+
+
+def test_reward_only_at_the_end_then_a_fresh_prompt_whose_first_action_is_ignored(praise_env):
+    env = praise_env
+    env.reset(seed=1)
+    words = review("good", "great")
+    steps = force(env, words)
+    for _, reward, terminated, _, info in steps[:-1]:
+        assert (reward == 0).all() and not terminated.any() and not info["_episode_metrics"].any()
+    final_obs, reward, terminated, truncated, info = steps[-1]
+    assert terminated.all() and not truncated.any()
+    assert info["_episode_metrics"].all() and (info["episode_metrics"]["judge"] == 1.0).all()
+    # the reward model's score, normalised by the reference's mean and std
+    build = json.loads((model_dir("praise", "reward_model") / "build.json").read_text())
+    ids = torch.as_tensor(final_obs[:1]).long()
+    with torch.inference_mode():
+        raw = env.reward_model(input_ids=ids, attention_mask=(ids != 0).long()).logits.item()
+    assert reward[0] == pytest.approx((raw - build["score_mean"]) / build["score_std"], rel=1e-5)
+    # NEXT_STEP autoreset: the next step starts a new prompt, ignores its action and pays nothing
+    obs, reward, terminated, _, info = env.step(np.full(env.num_envs, EOS_ID))
+    assert (reward == 0).all() and not terminated.any() and (info["ref_log_prob"] == 0).all()
+    assert (env.lengths == PRAISE.prompt_tokens).all() and (obs[:, PRAISE.prompt_tokens:] == 0).all()
+
+
+def test_a_response_cut_off_at_max_length_ends_and_pays_the_missing_eos_penalty():
+    env = TokenVectorEnv(num_envs=2, task="arithmetic", reward="judge", missing_eos_penalty=0.5)
+    env.reset(seed=0)
+    digit = ARITHMETIC.vocabulary.index("1")
+    for step in range(ARITHMETIC.max_new_tokens):
+        _, reward, terminated, _, _ = env.step(np.full(2, digit))
+        assert terminated.all() == (step == ARITHMETIC.max_new_tokens - 1)
+    assert (reward == -0.5).all()  # judge 0 (no <eos>), minus the penalty
+
+
+def test_reference_log_prob_is_of_the_tempered_distribution_and_padding_changes_nothing(praise_env):
+    env = praise_env
+    env.reset(seed=2)
+    context = env.tokens[:, :PRAISE.prompt_tokens].copy()
+    action = np.full(env.num_envs, PRAISE.vocabulary.index("good"))
+    _, _, _, _, info = env.step(action)
+    with torch.inference_mode():  # the context alone, unpadded
+        logits = env.reference(input_ids=torch.as_tensor(context)).logits[:, -1]
+    expected = torch.log_softmax(logits / 0.7, dim=-1)[:, action[0]].numpy()
+    np.testing.assert_allclose(info["ref_log_prob"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_policy_starts_as_the_reference_with_a_separate_value_model_at_zero(praise_env):
+    env = praise_env
+    env.reset(seed=3)
+    policy = CausalLMActorCritic(len(PRAISE.vocabulary), "rlhf/praise", temperature=0.7)
+    obs = torch.as_tensor(env.tokens, dtype=torch.float32)
+    with torch.inference_mode():
+        expected = next_token_log_probs(env.reference, torch.as_tensor(env.tokens), torch.as_tensor(env.lengths), 0.7)
+        torch.testing.assert_close(policy.next_token_log_probs(obs), expected)
+        assert (policy.value(obs) == 0).all()
+    # the value loss moves the value model only
+    (policy.value(obs) - 1).pow(2).sum().backward()
+    assert all(p.grad is None for p in policy.actor_parameters())
+    assert policy.critic.head.bias.grad.abs().sum() > 0
+
+
+def test_policy_log_probs_and_entropy_are_of_the_tempered_next_token_distribution():
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic", temperature=2.0)
+    tokens = torch.tensor([[1, 10, 13, 5, 14, 0, 0, 0, 0]])  # <bos> 7 + 2 = and padding
+    with torch.inference_mode():
+        logits = policy.actor(input_ids=tokens[:, :5]).logits[:, -1]
+        expected = torch.log_softmax(logits / 2.0, dim=-1)
+        actions = torch.tensor([4.0])
+        log_prob, entropy = policy.evaluate_actor(tokens.float(), actions)
+    torch.testing.assert_close(log_prob, expected[:, 4])
+    torch.testing.assert_close(entropy, -(expected.exp() * expected).sum(-1))
+
+
+# -- the KL penalty ------------------------------------------------------------------------------
+
+
+def kl_config(**extra):
+    return {"coef": 0.1, "adaptive": False, "target": 6.0, "horizon": 10000, **extra}
+
+
+def test_kl_penalty_charges_each_valid_token_and_sums_per_response():
+    penalty = ReferenceKLPenalty(kl_config(), num_envs=2)
+    valid, ended = np.array([True, True]), np.array([False, True])
+    shaped = penalty(np.array([0.0, 1.0]), np.array([-1.0, -2.0]), np.array([-1.5, -1.0]), valid, ended)
+    np.testing.assert_allclose(shaped, [0.0 - 0.1 * 0.5, 1.0 - 0.1 * (-1.0)])
+    # env 1 ended (KL -1.0); a reset step of env 1 is not charged; env 0 ends with 0.5 + 0.25
+    shaped = penalty(np.zeros(2), np.array([-1.0, -9.0]), np.array([-1.25, 0.0]), np.array([True, False]),
+                     np.array([True, False]))
+    np.testing.assert_allclose(shaped, [-0.1 * 0.25, 0.0])
+    stats = penalty.end_rollout()
+    assert stats == {"kl_coef": 0.1, "kl_to_reference": pytest.approx((-1.0 + 0.75) / 2)}
+    assert penalty.end_rollout()["kl_to_reference"] != penalty.end_rollout()["kl_to_reference"]  # NaN: none ended
+
+
+@pytest.mark.parametrize("kl, expected_error", [(6.0, 0.0), (6.6, 0.1), (100.0, ADAPTIVE_CLIP), (0.0, -ADAPTIVE_CLIP)])
+def test_adaptive_coefficient_follows_the_proportional_controller(kl, expected_error):
+    penalty = ReferenceKLPenalty(kl_config(adaptive=True, horizon=100), num_envs=4)
+    penalty.finished_kl = [kl] * 4
+    assert penalty.end_rollout()["kl_coef"] == 0.1  # the coefficient the rollout was charged with
+    assert penalty.coef == pytest.approx(0.1 * (1 + expected_error * 4 / 100))
+
+
+def test_a_fixed_coefficient_never_moves():
+    penalty = ReferenceKLPenalty(kl_config(), num_envs=1)
+    penalty.finished_kl = [50.0]
+    penalty.end_rollout()
+    assert penalty.coef == 0.1
+
+
+def test_whiten_rewards_scales_by_the_std_of_valid_steps_without_shifting():
+    rewards = torch.tensor([[1.0, 3.0], [5.0, 100.0]])
+    valid = torch.tensor([[True, True], [True, False]])
+    whiten_rewards(rewards, valid)
+    std = torch.tensor([1.0, 3.0, 5.0]).std()
+    torch.testing.assert_close(rewards, torch.tensor([[1.0, 3.0], [5.0, 100.0]]) / (std + 1e-8))
+
+
+def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_infos_ignored():
+    means = EpisodeInfoMeans()
+    means.add({"episode_metrics": {"judge": np.array([1.0, -1.0])}, "_episode_metrics": np.array([True, False]),
+               "ref_log_prob": np.zeros(2)})
+    means.add({"x_position": np.ones(2), "_x_position": np.ones(2, bool)})  # a MuJoCo reset info: not a metric
+    means.add({"episode_metrics": {"judge": np.array([0.0, 0.5])}, "_episode_metrics": np.array([False, True])})
+    assert means.end_rollout() == {"episode_judge": 0.75}
+    assert math.isnan(means.end_rollout()["episode_judge"])
+
+
+# -- configs and runs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algo.backend=numpy", "algo.backend must be torch on token tasks"),
+    ("env.kwargs.temperature=0.5", "env.kwargs.temperature must equal env.network.temperature"),
+    ("env.kl_penalty.coef=-1", "env.kl_penalty.coef must be"),
+    ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),
+])
+def test_bad_token_task_configs_get_one_line_each(make_config, override, message):
+    with pytest.raises(ConfigError) as error:
+        validate_config(make_config(["env=RLHFPraise", override]))
+    assert message in str(error.value) and len(str(error.value).splitlines()) == 1
+
+
+def test_token_task_keys_are_refused_on_other_families(make_config):
+    with pytest.raises(ConfigError, match="env.kl_penalty.coef is not a key of this config"):
+        validate_config(make_config(["env=CartPole", "+env.kl_penalty.coef=0.1"]))
+
+
+def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(make_config, tmp_path):
+    cfg = make_config(["env=RLHFArithmetic", "algo=outer_ppo", "total_steps=2048", "eval.every_steps=1024", *QUIET])
+    summary = train(cfg, tmp_path)
+    assert summary["status"] == "complete"
+    log = pd.read_csv(tmp_path / "train.csv")
+    assert {"kl_to_reference", "kl_coef", "episode_judge"} <= set(log.columns)
+    assert log["kl_to_reference"].iloc[0] == pytest.approx(0.0, abs=1e-5)  # the policy starts as the reference
+    # the episode return is the score alone (judge reward here), without the KL penalty
+    np.testing.assert_allclose(log["episode_return_mean"], log["episode_judge"])
+
+
+RESUME_RUN = ["env=RLHFPraise", "algo=hp3o", "total_steps=6144", "eval.every_steps=2048", "eval.episodes=8",
+              "logging.checkpoint_every_steps=1024", "logging.progress_bar=false", "env.kl_penalty.adaptive=true"]
+
+
+def test_a_token_task_killed_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
+    reference = launch(RESUME_RUN, tmp_path / "reference")
+    assert reference.wait() == 0, reference.communicate()
+    victim = launch(RESUME_RUN, tmp_path / "killed")
+    wait_for_rows(tmp_path / "killed", 3, victim, timeout=300)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = launch(RESUME_RUN, tmp_path / "killed")
+    _, stderr = resumed.communicate()
+    assert resumed.returncode == 0, stderr
+    assert "resuming" in stderr
+    assert_same_metrics(tmp_path / "reference", tmp_path / "killed")
