@@ -2,6 +2,8 @@
 
     python -m benchmarks.summarize results/runs/ppo_mujoco_1M
     python -m benchmarks.summarize results/runs/ppo_cartpole_100k --curve
+    python -m benchmarks.summarize results/runs/rlhf_kl/RLHFPraise/ppo/kl_coef=0.0 \
+        --train-columns episode_return_mean episode_judge kl_to_reference --last-iterations 10
 
 A terminal quick look; `python -m benchmarks.report` writes the tables and plots.
 
@@ -45,10 +47,12 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def train_column_means(runs: list[dict], columns: list[str]) -> pd.DataFrame:
+def train_column_means(runs: list[dict], columns: list[str], last: int | None = None) -> pd.DataFrame:
+    """Mean over iterations (the last `last` of each run, or all) and seeds of train.csv columns."""
     rows = []
     for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
         logs = [read_csv_complete_rows(r["dir"] / "train.csv") for r in runs if (r["env"], r["algo"]) == (env, algo)]
+        logs = [log.tail(last) for log in logs] if last else logs
         log = pd.concat(logs)
         rows.append({"env": env, "algo": algo, **{c: round(float(log[c].mean()), 4) if c in log else None
                                                    for c in columns}})
@@ -62,14 +66,17 @@ def main(argv=None) -> None:
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
     parser.add_argument("--train-columns", nargs="+", default=[], metavar="COLUMN",
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
+    parser.add_argument("--last-iterations", type=int, default=None, metavar="N",
+                        help="with --train-columns: the mean over each run's last N iterations only")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
     print(summarize(runs).to_string(index=False))
     if args.train_columns:
-        print("\nmean over all iterations and seeds of train.csv columns")
-        print(train_column_means(runs, args.train_columns).to_string(index=False))
+        which = f"the last {args.last_iterations} iterations" if args.last_iterations else "all iterations"
+        print(f"\nmean over {which} and seeds of train.csv columns")
+        print(train_column_means(runs, args.train_columns, args.last_iterations).to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]

@@ -18,7 +18,8 @@ Everything is a Hugging Face `transformers` object, so the same code loads a rea
 
 Built deterministically (fixed seeds, one thread) in about a minute each on one core, into
 `.cache/rlhf/<task>/<what>-<fingerprint>/` (RLHF_CACHE overrides the root); the fingerprint
-hashes everything the build reads, so a change of recipe builds anew. Parallel jobs that need
+hashes the recipe, the model size and the source code of the task and of the build, so a change
+to any of them builds anew. Parallel jobs that need
 the same model wait on a file lock while the first builds it. Dropout is 0 in every model: the PPO
 ratio compares log-probabilities of the same network before and after an update.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -44,7 +46,7 @@ from benchmarks.rlhf.tasks import BOS, EOS, PAD, TASKS, Task, get_task
 transformers_logging.disable_progress_bar()  # "Loading weights" bars on every model load
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-RECIPE_VERSION = 3  # raise when the build changes in a way the fingerprint's inputs do not show
+RECIPE_VERSION = 3  # raise when the build changes in a way the fingerprint's inputs do not show (a shared helper)
 
 MODEL_SIZE = {"n_embd": 32, "n_layer": 2, "n_head": 2}
 REFERENCE_TRAINING = {"examples": 20000, "steps": 1500, "batch_size": 128, "lr": 3e-3, "seed": 0}
@@ -200,7 +202,9 @@ def model_dir(task_name: str, what: str) -> Path:
     """The cached model's directory, built first if it is not there (under a lock: one builder at a time)."""
     task = get_task(task_name)
     build, recipe = BUILDS[what]
-    key = fingerprint(task.name, list(task.vocabulary), task.sequence_length, MODEL_SIZE, what, recipe)
+    # the source of the task (its corpus, labeller and judge) and of the build: a change to either builds anew
+    key = fingerprint(task.name, list(task.vocabulary), task.sequence_length, MODEL_SIZE, what, recipe,
+                      inspect.getsource(type(task)), inspect.getsource(build))
     out_dir = cache_root() / task.name / f"{what}-{key}"
     if (out_dir / "build.json").exists():
         return out_dir

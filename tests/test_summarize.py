@@ -1,0 +1,18 @@
+"""benchmarks.summarize: the terminal quick look at stored runs."""
+
+import pandas as pd
+
+from benchmarks.summarize import train_column_means
+
+
+def test_train_column_means_over_all_or_the_last_iterations_of_each_seed(tmp_path):
+    runs = []
+    for seed, values in ((0, [0.0, 1.0, 2.0, 3.0]), (1, [10.0, 11.0, 12.0, 13.0])):
+        run_dir = tmp_path / f"seed{seed}"
+        run_dir.mkdir()
+        pd.DataFrame({"iteration": [1, 2, 3, 4], "kl_to_reference": values}).to_csv(run_dir / "train.csv", index=False)
+        runs.append({"env": "RLHFPraise", "algo": "ppo", "dir": run_dir})
+    every = train_column_means(runs, ["kl_to_reference", "absent"])
+    assert every["kl_to_reference"].iloc[0] == 6.5 and every["absent"].iloc[0] is None
+    last_two = train_column_means(runs, ["kl_to_reference"], last=2)
+    assert last_two["kl_to_reference"].iloc[0] == (2 + 3 + 12 + 13) / 4
