@@ -573,6 +573,53 @@ def suite_command(suite_dir: Path) -> str:
     return "python run.py -m " + " ".join(kept)
 
 
+def kl_coef(run: dict) -> float | None:
+    penalty = run["config"]["env"].get("kl_penalty")
+    return None if penalty is None else float(penalty["coef"])
+
+
+def plot_kl_frontier(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+    """Token tasks: the RLHF frontier, reward against KL to the reference, one line per (preset, KL coefficient).
+
+    Each point is one rollout, the mean over seeds of its finished responses' reward-model score
+    (episode_return_mean) and KL estimate (kl_to_reference); the line runs from the start (KL 0) to the end of
+    training (a larger marker). A second panel draws the judge's score (episode_judge), where a task has one:
+    reward hacking is the reward model's score rising while the judge's falls."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    token_runs = [run for run in runs if kl_coef(run) is not None]
+    for env in sorted({run["env"] for run in token_runs}):
+        lines: dict[tuple[str, float], list[pd.DataFrame]] = {}
+        for run in (r for r in token_runs if r["env"] == env):
+            lines.setdefault((run["algo"], kl_coef(run)), []).append(read_csv_complete_rows(run["dir"] / "train.csv"))
+        has_judge = all("episode_judge" in log for logs in lines.values() for log in logs)
+        fig, axes = plt.subplots(1, 2 if has_judge else 1, figsize=(11.0 if has_judge else 6.0, 4.2), squeeze=False)
+        several_coefs = len({coef for _, coef in lines}) > 1
+        for (algo, coef), logs in sorted(lines.items(), key=lambda item: (item[0][0] != "ppo", item[0])):
+            mean = pd.concat(logs).groupby("iteration").mean(numeric_only=True)
+            color, marker = algo_style(algo)
+            label = f"{algo}, KL coef {coef:g} ({seeds_label(len(logs))})" if several_coefs else \
+                f"{algo} ({seeds_label(len(logs))})"
+            style = {"color": color, "linestyle": "-" if coef > 0 or not several_coefs else "--", "linewidth": 1.4}
+            for ax, column in zip(axes[0], ("episode_return_mean", "episode_judge")):
+                ax.plot(mean["kl_to_reference"], mean[column], label=label, **style)
+                ax.plot(mean["kl_to_reference"].iloc[-1], mean[column].iloc[-1], marker=marker, markersize=8,
+                        color=color)
+        env_id = next(run for run in token_runs if run["env"] == env)["config"]["env"]["id"]
+        axes[0][0].set_ylabel("reward model's score (normalised)")
+        axes[0][0].set_title(f"{suite}: {env_id.split(':')[-1]} - reward against KL to the reference", fontsize=9)
+        if has_judge:
+            axes[0][1].set_ylabel("judge's score (the true objective)")
+            axes[0][1].set_title("the judge's score of the same responses", fontsize=9)
+        for ax in axes[0]:
+            ax.set_xlabel("KL to the reference per response (nats, sampled estimate)")
+            ax.grid(alpha=0.3)
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        written += save_figure(fig, plots_dir / f"{suite}_{env}_kl_frontier", suffixes=(".png",), dpi=110)
+    return written
+
+
 def report_suite(suite_dir: Path, out: Path) -> None:
     import matplotlib
 
@@ -592,6 +639,11 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     if plots:  # a sensitivity grid: its heatmap is the result, per-preset tables would merge grid points
         print(f"{suite}: {len(runs)} runs -> {len(plots)} sensitivity plot files")
         return
+    frontier = plot_kl_frontier(runs, suite, out / "plots")
+    if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
+        # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
+        print(f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files")
+        return
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir)))
@@ -605,7 +657,7 @@ def report_suite(suite_dir: Path, out: Path) -> None:
         else:
             aggregate_plots = []
     plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
-             + (aggregate_plots if aggregate is not None else []))
+             + (aggregate_plots if aggregate is not None else []) + frontier)
     print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
 
 
@@ -696,6 +748,12 @@ def figures_page(out: Path) -> str:
                       "IQM of normalised evaluation scores over all tasks and seeds at each evaluation, with 95% "
                       "stratified-bootstrap CIs (rliable): how fast each preset learns, across tasks.  ",
                       "The area under these curves is what the tuning objective and the AUC claims measure.", ""]
+    for frontier in sorted((out / "plots").glob("*_kl_frontier.png")):
+        lines += [f"![{frontier.stem}](plots/{frontier.name})", "",
+                  f"{frontier.stem}: reward-model score (left) and the judge's score (right, where the task has a "
+                  f"judge) against the KL to the reference model, one point per rollout (mean over seeds), from the "
+                  f"start (KL 0) to the end of training (large marker).  ",
+                  "Reward hacking shows as the left curve rising while the right one falls.", ""]
     for heatmap in sorted((out / "plots").glob("*_sensitivity.png")):
         lines += [f"![{heatmap.stem}](plots/{heatmap.name})", "",
                   f"{heatmap.stem}: a sensitivity grid (see the figure's title for the swept values and seeds).  ",

@@ -269,3 +269,16 @@ def test_a_token_task_killed_mid_run_resumes_to_the_uninterrupted_numbers(tmp_pa
     assert resumed.returncode == 0, stderr
     assert "resuming" in stderr
     assert_same_metrics(tmp_path / "reference", tmp_path / "killed")
+
+
+def test_the_report_draws_the_kl_frontier_and_keeps_a_kl_sweep_out_of_the_tables(make_config, tmp_path):
+    from benchmarks.report import main as report_main
+
+    suite = tmp_path / "runs" / "kl_sweep"
+    for coef in ("0.0", "0.05"):
+        cfg = make_config(["env=RLHFPraise", f"env.kl_penalty.coef={coef}", "total_steps=2048", "eval.every_steps=1024",
+                           *QUIET])
+        train(cfg, suite / "RLHFPraise" / "ppo" / f"kl_coef={coef}" / "seed0")
+    report_main([str(suite), "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "plots" / "kl_sweep_RLHFPraise_kl_frontier.png").stat().st_size > 0
+    assert not (tmp_path / "out" / "tables" / "kl_sweep.csv").exists()  # two settings are not one preset's seeds
