@@ -253,3 +253,27 @@ def test_every_shipped_preset_has_its_own_colour_and_marker_and_any_other_a_stab
     assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers)
     assert not {c for c, _ in SPARE_STYLES} & set(colours) and not {m for _, m in SPARE_STYLES} & set(markers)
     assert algo_style("my_variant") in SPARE_STYLES and algo_style("my_variant") == algo_style("my_variant")
+
+
+def test_an_algorithm_keeps_its_colour_whatever_else_a_report_holds(monkeypatch, tmp_path):
+    """Issue 16: the same preset is drawn in the same colour in two reports with different algorithm sets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+
+    def runs_of(algos):
+        return [{**fake_run("Acrobot", algo, seed, [0, 1000], [-500.0 + seed, -100.0 - seed]),
+                 "config": {"env": {"id": "Acrobot-v1"}, "total_steps": 1000}} for algo in algos for seed in (0, 1)]
+
+    colours = []
+    for algos in (["ppo", "outer_ppo_lr", "hp3o"], ["hp3o", "my_variant"]):
+        drawn.clear()
+        report.plot_suite(runs_of(algos), "suite", tmp_path)
+        lines = drawn[0].axes[0].get_lines()
+        colours.append({line.get_label().split(" ")[0]: matplotlib.colors.to_hex(line.get_color()) for line in lines})
+    assert colours[0]["hp3o"] == colours[1]["hp3o"] == report.algo_color("hp3o").lower()
+    assert colours[0]["ppo"] != colours[1]["my_variant"]
