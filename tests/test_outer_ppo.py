@@ -400,13 +400,26 @@ def test_sensitivity_experiment_composes_with_its_grid():
 # ---------------------------------------------------------------------------
 
 
+def test_the_bare_headline_command_runs_the_mujoco_tuning_values_in_the_design_notes_form():
+    """python run.py algo=outer_ppo env=HalfCheetah: the second tuning round's values with no extra argument."""
+    from omegaconf import OmegaConf
+
+    cfg = make_config("algo=outer_ppo", "env=HalfCheetah")
+    values = OmegaConf.load(ROOT / "conf" / "tuning" / "mujoco_300k.yaml")
+    assert cfg.algo.lr == values.hparams.lr and cfg.algo.inner_epochs == values.tuned.outer_ppo.inner_epochs
+    assert cfg.algo.outer_optimizer.lr == values.tuned.outer_ppo.outer_lr
+    assert cfg.algo.inner_loop == "full_batch" and cfg.algo.inner_optimizer.type == "sgd"
+    assert cfg.algo.inner_optimizer.lr == 1.0 and cfg.algo.outer_optimizer.type == "adamw"
+
+
 @pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
 def test_named_preset_inner_loop_is_the_design_note(discrete):
     """4 full-batch SGD(lr 1) steps on the clipped surrogate from theta, then ONE AdamW step on the actor
     with .grad = theta - theta*, redone by hand; the critic is fitted apart and never enters the actor's step."""
     import copy
 
-    cfg = make_config("algo=outer_ppo", "env=HalfCheetah")
+    # the preset as designed (the MuJoCo tuning kept the design note's form and chose 14 inner steps)
+    cfg = make_config("algo=outer_ppo", "env=HalfCheetah", "+tuning=mujoco_shipped")
     validate_config(cfg)
     assert cfg.algo.inner_loop == "full_batch" and cfg.algo.inner_epochs == 4
     assert cfg.algo.inner_optimizer.type == "sgd" and cfg.algo.inner_optimizer.lr == 1.0
