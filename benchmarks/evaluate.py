@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
 from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.trainer import Evaluator, read_checkpoint
+from benchmarks.engine.trainer import Evaluator, read_checkpoint, task_kwargs, task_network
 from benchmarks.runs import existing_file
 
 
@@ -27,11 +27,12 @@ def load_agent(checkpoint_path: Path):
     """(algorithm, obs_normalizer, config) restored from a checkpoint."""
     checkpoint = read_checkpoint(checkpoint_path)
     cfg = OmegaConf.create(checkpoint["config"])
-    probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False)
+    probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False, env_kwargs=task_kwargs(cfg.env))
     obs_dim, action_dim, discrete, _ = space_dims(probe)
     probe.close()
     num_iterations = cfg.total_steps // (cfg.env.num_envs * cfg.env.num_steps)
-    algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations)
+    algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,
+                                network=task_network(cfg.env))
     algorithm.load_state_dict(checkpoint["algorithm"])
     obs_normalizer = ObservationNormalizer((obs_dim,), cfg.env.normalize_obs, clip=cfg.env.obs_clip)
     obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
@@ -47,7 +48,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     algorithm, obs_normalizer, cfg = load_agent(args.checkpoint)
-    evaluator = Evaluator(cfg.env.id, args.episodes, args.seed)
+    evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
     returns = evaluator(algorithm, obs_normalizer)
     evaluator.close()
     print(f"{cfg.algo.name} on {cfg.env.id}: deterministic return {np.mean(returns):.2f} +- {np.std(returns):.2f} "

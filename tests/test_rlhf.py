@@ -251,6 +251,10 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
     assert log["kl_to_reference"].iloc[0] == pytest.approx(0.0, abs=1e-5)  # the policy starts as the reference
     # the episode return is the score alone (judge reward here), without the KL penalty
     np.testing.assert_allclose(log["episode_return_mean"], log["episode_judge"])
+    # `python -m benchmarks.evaluate` rebuilds the language-model policy from the checkpoint
+    from benchmarks.evaluate import main as evaluate_main
+
+    evaluate_main([str(tmp_path / "checkpoint.pt"), "--episodes", "4"])
 
 
 RESUME_RUN = ["env=RLHFPraise", "algo=hp3o", "total_steps=6144", "eval.every_steps=2048", "eval.episodes=8",

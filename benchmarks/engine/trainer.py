@@ -114,6 +114,11 @@ def task_kwargs(env_cfg) -> dict | None:
     return OmegaConf.to_container(env_cfg.kwargs, resolve=True) if "kwargs" in env_cfg else None
 
 
+def task_network(env_cfg) -> dict | None:
+    """The task's policy network (env.network; None: the MLP of algo.hidden_sizes)."""
+    return OmegaConf.to_container(env_cfg.network, resolve=True) if "network" in env_cfg else None
+
+
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in config.items() if k not in ("logging", "restart")}
@@ -403,7 +408,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     num_iterations = cfg.total_steps // steps_per_iteration
 
     algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg, num_iterations,
-                                network=OmegaConf.to_container(env_cfg.network) if "network" in env_cfg else None)
+                                network=task_network(env_cfg))
     obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
     reward_scaler = RewardScaler(num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip)
     # Token tasks (RLHF): the per-token KL penalty to the reference model, and the task's per-episode numbers.
