@@ -230,11 +230,20 @@ def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_inf
     ("env.kwargs.temperature=0.5", "env.kwargs.temperature must equal env.network.temperature"),
     ("env.kl_penalty.coef=-1", "env.kl_penalty.coef must be"),
     ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),
+    ("env.network.init_from=rlhf/poetry", "env.network.init_from must be rlhf/<task>"),
+    ("env.network.init_from=/no/such/model", "or an existing model directory, got '/no/such/model'"),
 ])
 def test_bad_token_task_configs_get_one_line_each(make_config, override, message):
     with pytest.raises(ConfigError) as error:
         validate_config(make_config(["env=RLHFPraise", override]))
     assert message in str(error.value) and len(str(error.value).splitlines()) == 1
+
+
+def test_the_validator_knows_every_token_task():
+    from benchmarks.engine.validate import TOKEN_TASKS
+    from benchmarks.rlhf.tasks import TASKS
+
+    assert set(TOKEN_TASKS) == set(TASKS)
 
 
 def test_token_task_keys_are_refused_on_other_families(make_config):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import ALGORITHMS
@@ -76,13 +78,16 @@ COMMON_RULES: list[Rule] = [
      "a mapping: preset name -> its tuned values"),
 ]
 
+TOKEN_TASKS = ("arithmetic", "praise")  # benchmarks/rlhf/tasks.py (named here: no transformers import to validate)
+
 # The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
 # penalty to the reference model. Allowed in that family only.
 TOKEN_TASK_RULES: list[Rule] = [
     one_of("env.backend", ["torch"]),
     one_of("env.network.kind", ["causal_lm"]),
-    ("env.network.init_from", lambda v: isinstance(v, str) and len(v) > 0,
-     "rlhf/<task> (the task's cached reference model) or a model directory"),
+    ("env.network.init_from", lambda v: isinstance(v, str) and (v.removeprefix("rlhf/") in TOKEN_TASKS if
+                                                                 v.startswith("rlhf/") else Path(v).is_dir()),
+     f"rlhf/<task> (the task's cached reference model; tasks: {', '.join(TOKEN_TASKS)}) or an existing model directory"),
     positive_number("env.network.temperature"),
     one_of("env.kwargs.reward", ["model", "judge"]),
     positive_number("env.kwargs.temperature"),
