@@ -232,6 +232,7 @@ def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_inf
     ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),
     ("env.network.init_from=rlhf/poetry", "env.network.init_from must be rlhf/<task>"),
     ("env.network.init_from=/no/such/model", "or an existing model directory, got '/no/such/model'"),
+    ("seeds=[0,1]", "does not run token tasks (env.family=rlhf): train their seeds as separate jobs"),
 ])
 def test_bad_token_task_configs_get_one_line_each(make_config, override, message):
     with pytest.raises(ConfigError) as error:

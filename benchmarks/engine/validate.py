@@ -217,7 +217,10 @@ def _cross_checks(data: dict) -> list[str]:
         errors.append(f"algo.backend=numpy cannot run algo.algorithm={algo['algorithm']}: {algorithm.__name__} "
                       f"changes PPO's minibatch loss, whose gradient only the torch backend computes; "
                       f"use algo.backend=torch")
-    if data["seeds"] is not None:
+    if data["seeds"] is not None and env["family"] == "rlhf":
+        errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
+                      f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
+    elif data["seeds"] is not None:
         if algo["backend"] != "numpy":
             errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=numpy, "
                           f"got {algo['backend']!r}: add algo.backend=numpy")
