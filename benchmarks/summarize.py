@@ -47,12 +47,14 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def train_column_means(runs: list[dict], columns: list[str], last: int | None = None) -> pd.DataFrame:
-    """Mean over iterations (the last `last` of each run, or all) and seeds of train.csv columns."""
+def train_column_means(runs: list[dict], columns: list[str], last: int | None = None,
+                       first: int | None = None) -> pd.DataFrame:
+    """Mean over iterations (the first `first` or the last `last` of each run, or all) and seeds of train.csv columns."""
     rows = []
     for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
         logs = [read_csv_complete_rows(r["dir"] / "train.csv") for r in runs if (r["env"], r["algo"]) == (env, algo)]
         logs = [log.tail(last) for log in logs] if last else logs
+        logs = [log.head(first) for log in logs] if first else logs
         log = pd.concat(logs)
         rows.append({"env": env, "algo": algo, **{c: round(float(log[c].mean()), 4) if c in log else None
                                                    for c in columns}})
@@ -68,15 +70,21 @@ def main(argv=None) -> None:
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
     parser.add_argument("--last-iterations", type=int, default=None, metavar="N",
                         help="with --train-columns: the mean over each run's last N iterations only")
+    parser.add_argument("--first-iterations", type=int, default=None, metavar="N",
+                        help="with --train-columns: the mean over each run's first N iterations only")
     args = parser.parse_args(argv)
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
     print(summarize(runs).to_string(index=False))
     if args.train_columns:
-        which = f"the last {args.last_iterations} iterations" if args.last_iterations else "all iterations"
+        if args.last_iterations and args.first_iterations:
+            parser.error("--last-iterations and --first-iterations: one of them")
+        which = (f"the last {args.last_iterations} iterations" if args.last_iterations else
+                 f"the first {args.first_iterations} iterations" if args.first_iterations else "all iterations")
         print(f"\nmean over {which} and seeds of train.csv columns")
-        print(train_column_means(runs, args.train_columns, args.last_iterations).to_string(index=False))
+        print(train_column_means(runs, args.train_columns, args.last_iterations, args.first_iterations)
+              .to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]

@@ -16,3 +16,5 @@ def test_train_column_means_over_all_or_the_last_iterations_of_each_seed(tmp_pat
     assert every["kl_to_reference"].iloc[0] == 6.5 and every["absent"].iloc[0] is None
     last_two = train_column_means(runs, ["kl_to_reference"], last=2)
     assert last_two["kl_to_reference"].iloc[0] == (2 + 3 + 12 + 13) / 4
+    first_one = train_column_means(runs, ["kl_to_reference"], first=1)
+    assert first_one["kl_to_reference"].iloc[0] == (0 + 10) / 2
