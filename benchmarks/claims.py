@@ -31,6 +31,7 @@ from benchmarks.tuning import study_provenance
 CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
               "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
 MUJOCO = CONTINUOUS - {"Pendulum", "MountainCarContinuous"}
+TOKEN = {"RLHFArithmetic", "RLHFPraise"}  # the RLHF-style token tasks (docs/rlhf.md): a group of their own
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
 # (paper, what it claims, preset, task group, metric)
@@ -49,6 +50,13 @@ CLAIMS = [
     ("HP3O+", "better sample efficiency than PPO on continuous control", "hp3o_plus", "continuous", "auc"),
     ("HP3O+", "lower variance across seeds than PPO on continuous control", "hp3o_plus", "continuous", "std"),
     ("HP3O+", "final return (not claimed; for context)", "hp3o_plus", "continuous", "final"),
+    # Where both papers place their motivation: RLHF, with costly trajectories (docs/rlhf.md)
+    ("Outer-PPO", "outer lr sigma > 1 beats PPO (RLHF-style token tasks)", "outer_ppo_lr", "rlhf", "final"),
+    ("Outer-PPO", "outer Nesterov momentum beats PPO (RLHF-style token tasks)", "outer_ppo_nesterov", "rlhf", "final"),
+    ("Outer-PPO", "biased inner start beats PPO (RLHF-style token tasks)", "outer_ppo_biased", "rlhf", "final"),
+    ("(user default)", "inner SGD lr 1 + outer AdamW: not a paper claim", "outer_ppo", "rlhf", "final"),
+    ("HP3O", "better sample efficiency than PPO (RLHF-style token tasks)", "hp3o", "rlhf", "auc"),
+    ("HP3O+", "better sample efficiency than PPO (RLHF-style token tasks)", "hp3o_plus", "rlhf", "auc"),
 ]
 METRIC_TEXT = {
     "final": "P(final eval return > PPO's)",
@@ -58,7 +66,8 @@ METRIC_TEXT = {
 
 
 def in_group(task: str, group: str) -> bool:
-    return {"mujoco": task in MUJOCO, "continuous": task in CONTINUOUS, "discrete": task not in CONTINUOUS}[group]
+    return {"mujoco": task in MUJOCO, "continuous": task in CONTINUOUS, "rlhf": task in TOKEN,
+            "discrete": task not in CONTINUOUS and task not in TOKEN}[group]
 
 
 def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.ndarray]:

@@ -48,3 +48,12 @@ def test_a_suite_without_runs_is_one_line_and_leaves_the_committed_table_alone(t
     assert exit_.value.code == 2 and not (tmp_path / "tables").exists()
     assert capsys.readouterr().err.strip().endswith("no claim can be checked from " + str(tmp_path / "suite") +
                                                     " (no complete runs of a preset and of ppo on a common task)")
+
+
+def test_token_tasks_are_a_group_of_their_own_never_discrete_control():
+    runs = [fake_run("RLHFPraise", algo, s, (2.0 if algo == "hp3o" else 1.0) + s / 10)
+            for algo in ("ppo", "hp3o") for s in range(3)]
+    assert measure(runs, "hp3o", "discrete", "final") is None
+    row = measure(runs, "hp3o", "rlhf", "auc")
+    assert row["value"] == 1.0 and row["tasks"] == "RLHFPraise"
+    assert set(claims_table(runs)["group"]) == {"rlhf"}
