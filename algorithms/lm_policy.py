@@ -40,6 +40,23 @@ def last_positions(tokens: torch.Tensor) -> torch.Tensor:
     return (tokens != PAD_ID).sum(-1) - 1
 
 
+def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
+    return (tokens != PAD_ID).long()
+
+
+def next_token_log_probs(model, tokens: torch.Tensor, temperature: float,
+                         lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """log p(. | sequence) at temperature T for each right-padded row of token ids, read at its last
+    position: [rows, vocab]. The policy's distribution and, in the token env, the reference's. lengths: each
+    row's length where the caller knows it (the env does); otherwise the count of non-padding tokens."""
+    if lengths is None:
+        mask, last = padding_mask(tokens), last_positions(tokens)
+    else:
+        mask, last = (torch.arange(tokens.shape[1]) < lengths.unsqueeze(-1)).long(), lengths - 1
+    logits = model(input_ids=tokens, attention_mask=mask).logits
+    return torch.log_softmax(logits[torch.arange(len(tokens)), last] / temperature, dim=-1)
+
+
 class ValueModel(nn.Module):
     def __init__(self, body: nn.Module, width: int):
         super().__init__()
@@ -49,7 +66,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        hidden = self.body(input_ids=tokens, attention_mask=(tokens != PAD_ID).long()).last_hidden_state
+        hidden = self.body(input_ids=tokens, attention_mask=padding_mask(tokens)).last_hidden_state
         return self.head(hidden[torch.arange(len(tokens)), last_positions(tokens)]).squeeze(-1)
 
 
@@ -76,10 +93,7 @@ class CausalLMActorCritic(nn.Module):
         return list(self.actor.parameters())
 
     def next_token_log_probs(self, obs: torch.Tensor) -> torch.Tensor:
-        tokens = obs.long()
-        logits = self.actor(input_ids=tokens, attention_mask=(tokens != PAD_ID).long()).logits
-        last = logits[torch.arange(len(tokens)), last_positions(tokens)]
-        return torch.log_softmax(last / self.temperature, dim=-1)
+        return next_token_log_probs(self.actor, obs.long(), self.temperature)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs.long())

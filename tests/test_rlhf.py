@@ -18,7 +18,8 @@ from algorithms.lm_policy import CausalLMActorCritic  # noqa: E402
 from benchmarks.engine.reference_kl import ADAPTIVE_CLIP, EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards  # noqa: E402
 from benchmarks.engine.trainer import train  # noqa: E402
 from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
-from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv, next_token_log_probs  # noqa: E402
+from algorithms.lm_policy import next_token_log_probs  # noqa: E402
+from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv  # noqa: E402
 from benchmarks.rlhf.models import build_tokenizer, model_dir  # noqa: E402
 from benchmarks.rlhf.tasks import BOS, EOS, get_task  # noqa: E402
 from tests.conftest import QUIET  # noqa: E402
@@ -147,7 +148,7 @@ def test_the_policy_starts_as_the_reference_with_a_separate_value_model_at_zero(
     policy = CausalLMActorCritic(len(PRAISE.vocabulary), "rlhf/praise", temperature=0.7)
     obs = torch.as_tensor(env.tokens, dtype=torch.float32)
     with torch.inference_mode():
-        expected = next_token_log_probs(env.reference, torch.as_tensor(env.tokens), torch.as_tensor(env.lengths), 0.7)
+        expected = next_token_log_probs(env.reference, torch.as_tensor(env.tokens), 0.7, torch.as_tensor(env.lengths))
         torch.testing.assert_close(policy.next_token_log_probs(obs), expected)
         assert (policy.value(obs) == 0).all()
     # the value loss moves the value model only

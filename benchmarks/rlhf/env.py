@@ -33,19 +33,11 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from benchmarks.rlhf.models import model_dir
+from algorithms.lm_policy import next_token_log_probs
+from benchmarks.rlhf.models import model_dir, reward_scores
 from benchmarks.rlhf.tasks import EOS, SPECIAL_TOKENS, get_task
 
 EOS_ID = SPECIAL_TOKENS.index(EOS)
-
-
-def next_token_log_probs(model, tokens: torch.Tensor, lengths: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log p(. | tokens[:length]) per row, from a causal LM over right-padded ids: [rows, vocab]."""
-    positions = torch.arange(tokens.shape[1])
-    mask = (positions < lengths.unsqueeze(-1)).long()
-    logits = model(input_ids=tokens, attention_mask=mask).logits
-    last = logits[torch.arange(len(tokens)), lengths - 1]
-    return torch.log_softmax(last / temperature, dim=-1)
 
 
 class TokenVectorEnv(gym.vector.VectorEnv):
@@ -110,9 +102,8 @@ class TokenVectorEnv(gym.vector.VectorEnv):
         judged = np.array([self.task.judge(self.prompt(i), self.response(i)) for i in indices])
         if self.reward_model is None:
             return judged, judged
-        ids = torch.as_tensor(self.tokens[indices])
         with torch.inference_mode():
-            scored = self.reward_model(input_ids=ids, attention_mask=(ids != 0).long()).logits.squeeze(-1).numpy()
+            scored = reward_scores(self.reward_model, torch.as_tensor(self.tokens[indices])).numpy()
         return (scored.astype(np.float64) - self.score_mean) / self.score_std, judged
 
     # -- one token per env ---------------------------------------------------
@@ -129,8 +120,8 @@ class TokenVectorEnv(gym.vector.VectorEnv):
         if writing.any():
             rows = np.flatnonzero(writing)
             with torch.inference_mode():
-                log_probs = next_token_log_probs(self.reference, torch.as_tensor(self.tokens[rows]),
-                                                 torch.as_tensor(self.lengths[rows]), self.temperature)
+                log_probs = next_token_log_probs(self.reference, torch.as_tensor(self.tokens[rows]), self.temperature,
+                                                 lengths=torch.as_tensor(self.lengths[rows]))
             ref_log_prob[rows] = log_probs[torch.arange(len(rows)), torch.as_tensor(actions[rows])].numpy()
             self.tokens[rows, self.lengths[rows]] = actions[rows]
             self.lengths[rows] += 1

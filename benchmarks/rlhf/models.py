@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from transformers.utils import logging as transformers_logging
 
+from algorithms.lm_policy import padding_mask
 from benchmarks.rlhf.tasks import BOS, EOS, PAD, TASKS, Task, get_task
 
 transformers_logging.disable_progress_bar()  # "Loading weights" bars on every model load
@@ -83,6 +84,11 @@ def gpt2_config(task: Task, **extra):
     return GPT2Config(vocab_size=len(task.vocabulary), n_positions=task.sequence_length, **MODEL_SIZE,
                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
                       bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
+
+
+def reward_scores(model, ids: torch.Tensor) -> torch.Tensor:
+    """The reward model's raw score of each right-padded sequence (read at its last non-padding token)."""
+    return model(input_ids=ids, attention_mask=padding_mask(ids)).logits.squeeze(-1)
 
 
 def encode(tokenizer, tokens: list[str]) -> list[int]:
@@ -164,7 +170,7 @@ def train_reward_model(task: Task, tokenizer, out_dir: Path) -> dict:
         model = GPT2ForSequenceClassification(gpt2_config(task, num_labels=1))
 
         def scores(ids: torch.Tensor) -> torch.Tensor:
-            return model(input_ids=ids, attention_mask=(ids != 0).long()).logits.squeeze(-1)
+            return reward_scores(model, ids)
 
         optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"])
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / recipe["steps"])
