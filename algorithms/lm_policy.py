@@ -16,6 +16,12 @@ Sampling is at env.network.temperature (logits / T) and every log-probability, t
 and those the update recomputes, is of that same tempered distribution (as TRL does). The
 evaluation action is the most likely token (greedy decoding). Dropout must be 0 in the loaded
 config (checked): the PPO ratio compares the same network before and after an update.
+
+<pad> and <bos> are never generated: their probability is set to 0 in every next-token
+distribution, the policy's and the reference's alike (so the KL between them is over the same
+support). A generated <pad> would otherwise be read as padding, and the next position would be
+taken from the wrong place; <bos> only starts a prompt. (HF `generate` does the same with
+`suppress_tokens`.)
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-PAD_ID = 0
+PAD_ID, BOS_ID = 0, 1  # the first special tokens of every token task's vocabulary (benchmarks/rlhf/tasks.py)
+NEVER_GENERATED = (PAD_ID, BOS_ID)
 
 
 def resolve_init_from(init_from: str) -> str:
@@ -53,8 +60,10 @@ def next_token_log_probs(model, tokens: torch.Tensor, temperature: float,
         mask, last = padding_mask(tokens), last_positions(tokens)
     else:
         mask, last = (torch.arange(tokens.shape[1]) < lengths.unsqueeze(-1)).long(), lengths - 1
-    logits = model(input_ids=tokens, attention_mask=mask).logits
-    return torch.log_softmax(logits[torch.arange(len(tokens)), last] / temperature, dim=-1)
+    logits = model(input_ids=tokens, attention_mask=mask).logits[torch.arange(len(tokens)), last] / temperature
+    # the smallest finite logit rather than -inf: probability exactly 0, and p log p = 0 in the entropy
+    logits[:, list(NEVER_GENERATED)] = torch.finfo(logits.dtype).min
+    return torch.log_softmax(logits, dim=-1)
 
 
 class ValueModel(nn.Module):

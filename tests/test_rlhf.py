@@ -138,7 +138,7 @@ def test_reference_log_prob_is_of_the_tempered_distribution_and_padding_changes_
     _, _, _, _, info = env.step(action)
     with torch.inference_mode():  # the context alone, unpadded
         logits = env.reference(input_ids=torch.as_tensor(context)).logits[:, -1]
-    expected = torch.log_softmax(logits / 0.7, dim=-1)[:, action[0]].numpy()
+    expected = tempered_log_probs(logits, 0.7)[:, action[0]].numpy()
     np.testing.assert_allclose(info["ref_log_prob"], expected, rtol=1e-5, atol=1e-6)
 
 
@@ -162,11 +162,38 @@ def test_policy_log_probs_and_entropy_are_of_the_tempered_next_token_distributio
     tokens = torch.tensor([[1, 10, 13, 5, 14, 0, 0, 0, 0]])  # <bos> 7 + 2 = and padding
     with torch.inference_mode():
         logits = policy.actor(input_ids=tokens[:, :5]).logits[:, -1]
-        expected = torch.log_softmax(logits / 2.0, dim=-1)
+        expected = tempered_log_probs(logits, 2.0)
         actions = torch.tensor([4.0])
         log_prob, entropy = policy.evaluate_actor(tokens.float(), actions)
     torch.testing.assert_close(log_prob, expected[:, 4])
     torch.testing.assert_close(entropy, -(expected.exp() * expected).sum(-1))
+
+
+def tempered_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) over the tokens that may be generated (all but <pad> and <bos>)."""
+    allowed = torch.ones(logits.shape[-1], dtype=torch.bool)
+    allowed[[0, 1]] = False
+    log_probs = torch.full_like(logits, -math.inf)
+    log_probs[:, allowed] = torch.log_softmax(logits[:, allowed] / temperature, dim=-1)
+    return log_probs.clamp_min(torch.finfo(logits.dtype).min)
+
+
+def test_pad_and_bos_are_never_generated_and_their_zero_probability_keeps_entropy_and_gradients_finite():
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic", temperature=1.0)
+    favour_pad_and_bos = torch.zeros(len(ARITHMETIC.vocabulary))
+    favour_pad_and_bos[[0, 1]] = 100.0  # the raw model now prefers <pad> and <bos> to everything
+    policy.actor.lm_head.register_forward_hook(lambda module, inputs, logits: logits + favour_pad_and_bos)
+    tokens = torch.tensor([[1, 10, 13, 5, 14, 0, 0, 0, 0]] * 64).float()
+    assert policy.actor(input_ids=tokens[:1, :5].long()).logits[0, -1].argmax() in (0, 1)
+    log_probs = policy.next_token_log_probs(tokens)
+    assert (log_probs[:, :2].exp() == 0).all()
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(64))
+    actions, _, _ = policy.act(tokens)
+    assert (actions >= 2).all() and (policy.act_deterministic(tokens) >= 2).all()
+    log_prob, entropy = policy.evaluate_actor(tokens, actions.float())
+    assert torch.isfinite(entropy).all() and torch.isfinite(log_prob).all()
+    (log_prob.mean() + entropy.mean()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in policy.actor_parameters() if p.grad is not None)
 
 
 # -- the KL penalty ------------------------------------------------------------------------------
