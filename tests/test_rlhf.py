@@ -324,3 +324,40 @@ def test_the_report_draws_the_kl_frontier_and_keeps_a_kl_sweep_out_of_the_tables
     report_main([str(suite), "--out", str(tmp_path / "out")])
     assert (tmp_path / "out" / "plots" / "kl_sweep_RLHFPraise_kl_frontier.png").stat().st_size > 0
     assert not (tmp_path / "out" / "tables" / "kl_sweep.csv").exists()  # two settings are not one preset's seeds
+
+
+# -- TRL side by side (benchmarks/rlhf/trl_reference.py) -----------------------------------------
+
+
+def test_the_shared_scorer_gives_the_reference_zero_kl_and_its_judged_rewards():
+    from benchmarks.engine.trainer import compose_config
+    from benchmarks.rlhf.trl_reference import score_policy
+
+    cfg = compose_config(["env=RLHFArithmetic", "algo=ppo"])
+    reference = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic").actor.eval()
+    scores = score_policy(reference, cfg, samples=128, seed=0)
+    assert scores["kl_to_reference"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference
+    assert scores["reward"] == scores["judge"]  # RLHFArithmetic pays the judge's score
+    assert 0.15 < scores["judge"] < 0.45  # the reference is right about 30% of the time
+    assert 1 <= scores["length"] <= ARITHMETIC.max_new_tokens
+    assert score_policy(reference, cfg, samples=128, seed=0) == scores  # seeded
+
+
+def test_trl_reads_the_reward_model_as_the_env_pays_it():
+    pytest.importorskip("trl", reason="the TRL comparison's extra: pip install -e .[trl]")
+    from transformers import AutoModelForSequenceClassification
+    from trl.experimental.utils import get_reward
+
+    from benchmarks.rlhf.trl_reference import NormalisedScore
+
+    env = TokenVectorEnv(num_envs=2, task="praise", reward="model")
+    env.reset(seed=5)
+    steps = force(env, review("good", "great"))
+    final_obs, reward = steps[-1][0], steps[-1][1]
+    reward_dir = model_dir("praise", "reward_model")
+    model = AutoModelForSequenceClassification.from_pretrained(reward_dir).eval()
+    build = json.loads((reward_dir / "build.json").read_text())
+    model.score = NormalisedScore(model.score, build["score_mean"], build["score_std"])
+    with torch.inference_mode():
+        _, score, _ = get_reward(model, torch.as_tensor(final_obs).long(), 0, PRAISE.prompt_tokens)
+    np.testing.assert_allclose(score.numpy(), reward, rtol=1e-5)
