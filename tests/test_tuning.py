@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import optuna
-from omegaconf import OmegaConf
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from conftest import ROOT
 
 from benchmarks import tuning
@@ -46,7 +46,8 @@ def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
     defaults = study.trials[0]
-    assert defaults.user_attrs["defaults"] and defaults.params["env.hparams.lr"] == 2.5e-4  # the preset as shipped
+    family_lr = OmegaConf.load(ROOT / "conf" / "tuning" / "classic_100k.yaml").hparams.lr
+    assert defaults.user_attrs["defaults"] and defaults.params["env.hparams.lr"] == family_lr  # the values it started from
     for trial in study.trials:  # one run per tuning task x seed, its objective recorded per run
         run_dir = tmp_path / "runs" / f"trial{trial.number:03d}" / "CartPole" / "seed1000"
         assert trial.value == pytest.approx(tuning.normalised_auc(run_dir))
@@ -103,12 +104,16 @@ def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monk
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        for env in ("CartPole", "Pendulum"):  # both classic families, with +tuning=classic_100k
-            cfg = compose(config_name="config", overrides=[f"env={env}", "algo=outer_ppo", "+tuning=classic_100k"])
-            assert cfg.algo.lr == 7.5e-4 and cfg.algo.update_epochs == 6
-            assert cfg.algo.outer_optimizer.lr == 0.02 and cfg.algo.inner_loop == "ppo"
-        cfg = compose(config_name="config", overrides=["env=CartPole", "algo=outer_ppo"])
-        assert cfg.algo.lr == 2.5e-4 and cfg.algo.outer_optimizer.lr == 1e-3  # the defaults stay as they were
+        for env in ("CartPole", "Pendulum"):  # both classic families take the values file by default
+            for extra in ([], ["+tuning=classic_100k"]):
+                cfg = compose(config_name="config", overrides=[f"env={env}", "algo=outer_ppo", *extra])
+                assert cfg.algo.lr == 7.5e-4 and cfg.algo.update_epochs == 6
+                assert cfg.algo.outer_optimizer.lr == 0.02 and cfg.algo.inner_loop == "ppo"
+        # the values before tuning stay one key away, each family's own
+        cfg = compose(config_name="config", overrides=["env=CartPole", "algo=outer_ppo", "env_family/values@env=shipped"])
+        assert cfg.algo.lr == 2.5e-4 and cfg.algo.update_epochs == 4 and cfg.algo.outer_optimizer.lr == 1e-3
+        cfg = compose(config_name="config", overrides=["env=Pendulum", "algo=ppo", "env_family/values@env=shipped"])
+        assert cfg.algo.lr == 1e-3 and cfg.algo.update_epochs == 10
     text = (conf / "tuning" / "classic_100k.yaml").read_text()
     assert "  # tuned: study outer_ppo in" in text and "best of 2 trials (trial 1, normalised AUC 0.3000" in text
     assert "    outer_lr: 0.02\n" in text and "  lr: 0.00075\n" in text
