@@ -1,6 +1,6 @@
 """What the papers claim next to what this suite measured: probability of improvement over PPO with 95% CIs.
 
-    python -m benchmarks.claims                      # the tuned suites (results/runs/mujoco_tuned, ...)
+    python -m benchmarks.claims                      # the tuned suites (TUNED_SUITES under results/runs)
     python -m benchmarks.claims SUITE_DIR ... --out results/tables --name claims_untuned
 
 Writes results/tables/claims.md and claims.csv. Scores are raw returns per
@@ -32,6 +32,8 @@ CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Wal
               "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
 MUJOCO = CONTINUOUS - {"Pendulum", "MountainCarContinuous"}
 TOKEN = {"RLHFArithmetic", "RLHFPraise"}  # the RLHF-style token tasks (docs/rlhf.md): a group of their own
+# The final evaluations of the tuning (README "Tuning"), each on its family's tuned values; those present are read.
+TUNED_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
 # (paper, what it claims, preset, task group, metric)
@@ -169,7 +171,8 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=existing_directory, default=[RESULTS / "runs" / "mujoco_tuned"])
+    parser.add_argument("suites", nargs="*", type=existing_directory,
+                        default=[RESULTS / "runs" / name for name in TUNED_SUITES if (RESULTS / "runs" / name).is_dir()])
     parser.add_argument("--out", type=Path, default=RESULTS / "tables")
     parser.add_argument("--name", default="claims", help="file name of the table (claims -> claims.md, claims.csv)")
     args = parser.parse_args(argv)
