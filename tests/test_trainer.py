@@ -56,7 +56,7 @@ def test_same_seed_gives_identical_numbers(env_name, make_config, tmp_path):
 
 def test_reset_rows_never_reach_the_loss(make_config):
     """Poison every reset row with NaN: the flattened batch and the update stay finite and unchanged."""
-    cfg = make_config(["env=CartPole"]).algo
+    cfg = make_config(["env=CartPole", "env.hparams.num_minibatches=4"]).algo  # 4 minibatches of the 11 valid rows
     torch.manual_seed(0)
     rollout = Rollout.allocate(num_steps=6, num_envs=2, obs_dim=4, action_shape=())
     rollout.obs.normal_()
