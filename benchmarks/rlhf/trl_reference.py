@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from algorithms.lm_policy import CausalLMActorCritic, next_token_log_probs
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import PROJECT_ROOT, compose_config, read_checkpoint, task_kwargs, train
 from benchmarks.rlhf.env import TokenVectorEnv
 from benchmarks.rlhf.models import model_dir
@@ -101,7 +101,7 @@ def train_ours(cfg, run_dir: Path) -> dict:
     start = time.perf_counter()
     train(cfg, run_dir)
     seconds = time.perf_counter() - start
-    episodes = pd.read_csv(run_dir / "episodes.csv")
+    episodes = read_csv_complete_rows(run_dir / "episodes.csv")  # the suite's one reader of run logs
     policy = CausalLMActorCritic(len(get_task(get_task_name(cfg)).vocabulary), cfg.env.network.init_from,
                                  cfg.env.network.temperature)
     policy.load_state_dict(read_checkpoint(run_dir / "checkpoint.pt")["algorithm"]["policy"])
