@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from benchmarks import numerics
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import LATER_ALGO_KEYS, compose_config, machine, train
 from benchmarks.runs import run_directory
@@ -55,6 +57,12 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
     return lines
 
 
+def stored_numerics_mode(run_dir: Path) -> str:
+    """The kernel mode a run was made in; runs made before the mode existed used native kernels."""
+    record = json.loads((run_dir / "summary.json").read_text()).get("machine") or {}
+    return numerics.base_mode((record.get("numerics") or {}).get("mode", "native"))
+
+
 def machine_note(run_dir: Path) -> str | None:
     """Why numbers may differ without a change in the code: the run was made on another CPU or kernel set."""
     stored = json.loads((run_dir / "summary.json").read_text()).get("machine")
@@ -84,9 +92,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dirs", nargs="+", type=run_directory)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for the rerun (dotted keys), e.g. algo.backend=numpy")
+    parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)  # a child's count of differing runs
     args = parser.parse_args(argv)
+    # A run is rerun in the kernel mode it was made in: runs of the other mode go to a child process
+    # started with that mode (the mode is fixed when numpy and torch load, so this process cannot switch).
+    here = numerics.base_mode(numerics.MODE)
+    other_mode = [d for d in args.run_dirs if stored_numerics_mode(d) != here]
     differing = 0
-    for run_dir in args.run_dirs:
+    if other_mode:
+        mode = "native" if here == "portable" else "portable"
+        print(f"{len(other_mode)} run(s) were made with {mode} kernels: rerunning them in a child process "
+              f"with {numerics.MODE_VARIABLE}={mode}", flush=True)
+        set_arguments = ["--set", *args.set] if args.set else []
+        with tempfile.TemporaryDirectory() as tmp:
+            tally = Path(tmp) / "differing"
+            child = subprocess.run([sys.executable, "-m", "benchmarks.reproduce", *map(str, other_mode),
+                                    *set_arguments, "--tally", str(tally)], env=numerics.environment_for(mode))
+            # a child that died before its tally counts all its runs as not reproduced
+            differing += int(tally.read_text()) if child.returncode in (0, 1) and tally.exists() else len(other_mode)
+    for run_dir in [d for d in args.run_dirs if d not in other_mode]:
         config = stored_config(run_dir)
         config.merge_with_dotlist(list(args.set))
         config.logging.tensorboard = False
@@ -101,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  note: {note}")
         for line in lines:
             print(f"  {line}")
+    if args.tally:
+        args.tally.write_text(str(differing))
+        sys.exit(1 if differing else 0)
     print(f"{len(args.run_dirs) - differing} of {len(args.run_dirs)} runs reproduce every logged number")
     sys.exit(1 if differing else 0)
 

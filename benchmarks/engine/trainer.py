@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
+from benchmarks import numerics
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
@@ -189,6 +190,11 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         if numbers_relevant(checkpoint["config"]) != numbers_relevant(OmegaConf.to_container(cfg, resolve=True)):
             raise CheckpointError(f"{path} was written with a different config; choose another run directory "
                                   f"or delete this one")
+        written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
+        if written_in != numerics.base_mode(numerics.MODE):
+            raise CheckpointError(f"{path} was written with {written_in} float kernels and this process has "
+                                  f"{numerics.base_mode(numerics.MODE)} ones: rerun with "
+                                  f"{numerics.MODE_VARIABLE}={written_in} to resume it exactly")
         for problem in problems:
             print(f"warning: {problem}; resuming from {name}", file=sys.stderr)
         if problems and name == CHECKPOINT_FILES[1]:
@@ -345,6 +351,7 @@ class TrainingState:
         return {
             "format": CHECKPOINT_FORMAT,
             "config": self.config,
+            "numerics": numerics.MODE,
             "algorithm": self.algorithm.state_dict(),
             "obs_normalizer": self.obs_normalizer.state_dict(),
             "reward_scaler": self.reward_scaler.state_dict(),
@@ -671,6 +678,7 @@ def machine() -> dict:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "numpy_simd": numpy_config.get("SIMD Extensions", {}).get("found", []),
         "numpy_blas": numpy_config.get("Build Dependencies", {}).get("blas", {}).get("name"),
+        "numerics": numerics.kernel_record(),  # portable or native kernels, and what each library chose
     }
 
 

@@ -1,0 +1,92 @@
+"""What portable numerics cost: training SPS with SUITE_NUMERICS=portable against native, side by side.
+
+    python -m benchmarks.speed.numerics_cost
+    python -m benchmarks.speed.numerics_cost --repeats 5 --steps 20480 --out results/tables/numerics_cost.md
+
+The kernel mode is fixed when numpy and torch load, so every measured run is a child process started in its
+mode; runs alternate (native, portable, native, ...) so that machine noise hits both alike, and the ratio of
+median SPS is printed per case. SPS = env steps / (rollout + update time), as in benchmarks.speed.throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks import numerics
+from benchmarks.speed.throughput import _has_tabulate, benchmark_config, ours_sps, write_timing_table
+
+# case name -> (env, algo, backend, overrides): the suite's two backends on a classic and a MuJoCo task
+CASES = {
+    "CartPole-torch": ("CartPole", "ppo", "torch", []),
+    "HalfCheetah-torch": ("HalfCheetah", "ppo", "torch", []),
+    "HalfCheetah-numpy": ("HalfCheetah", "ppo", "numpy", []),
+}
+
+
+def child_sps(case: str, steps: int) -> dict:
+    """Run in the child: one measured training run, and the kernels this process used."""
+    import torch
+
+    torch.set_num_threads(1)
+    env, algo, backend, overrides = CASES[case]
+    sps = ours_sps(benchmark_config(env, algo, overrides, steps, backend))
+    record = numerics.kernel_record()
+    return {"sps": sps, "torch": record["torch_cpu_capability"], "openblas": record["openblas_core"]}
+
+
+def measure(case: str, mode: str, steps: int) -> dict:
+    child = subprocess.run([sys.executable, "-m", __spec__.name, "--child", case, "--steps", str(steps)],
+                           env=numerics.environment_for(mode), capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
+    parser.add_argument("--child", choices=list(CASES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child_sps(args.child, args.steps)))
+        return
+    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+    rows = []
+    for case in args.cases:
+        samples: dict[str, list[dict]] = {"native": [], "portable": []}
+        for _ in range(args.repeats):
+            for mode in samples:
+                samples[mode].append(measure(case, mode, args.steps))
+        medians = {mode: statistics.median(s["sps"] for s in runs) for mode, runs in samples.items()}
+        for mode, runs in samples.items():
+            rows.append({"case": case, "numerics": mode, "torch kernels": runs[0]["torch"],
+                         "OpenBLAS core": runs[0]["openblas"], "median_sps": round(medians[mode]),
+                         "runs": " ".join(f"{s['sps']:.0f}" for s in runs),
+                         "vs_native": round(medians[mode] / medians["native"], 3)})
+        print(pd.DataFrame([r for r in rows if r["case"] == case]).to_string(index=False), flush=True)
+    frame = pd.DataFrame(rows)
+    table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
+    print()
+    print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1, one child process per run")
+    print(table)
+    if args.out:
+        write_timing_table(
+            args.out, "Cost of portable numerics (issue 15)", __spec__.name, argv, started, load_before,
+            "the runs themselves load one core", "SPS = env steps / (rollout + update time), one child process "
+            "per run in its kernel mode, modes alternating; `vs_native` = median SPS relative to native kernels.",
+            table)
+
+
+if __name__ == "__main__":
+    main()
