@@ -114,10 +114,14 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
 def tuning_of(runs: list[dict]) -> dict | None:
     """How these runs' preset was tuned: the study whose best values every run used, or None (untuned)."""
     found = {study_provenance(run["config"]) for run in runs}
-    if len(found) != 1 or None in found:
+    if not found or None in found:
         return None
-    text, tasks = found.pop()
-    return {"text": text, "tasks": set(tasks)}
+    if len(found) == 1:
+        text, tasks = found.pop()
+        return {"text": text, "tasks": set(tasks)}
+    # tasks of two families (e.g. MuJoCo and Pendulum), each run on its own family's study
+    return {"text": " + ".join(f"{text} ({'+'.join(tasks)})" for text, tasks in sorted(found)),
+            "tasks": set().union(*(tasks for _, tasks in found))}
 
 
 def verdict(row: dict, metric: str) -> str:

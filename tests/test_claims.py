@@ -57,3 +57,21 @@ def test_token_tasks_are_a_group_of_their_own_never_discrete_control():
     row = measure(runs, "hp3o", "rlhf", "auc")
     assert row["value"] == 1.0 and row["tasks"] == "RLHFPraise"
     assert set(claims_table(runs)["group"]) == {"rlhf"}
+
+
+def test_tasks_of_two_families_name_each_familys_study(monkeypatch):
+    """HP3O's continuous-control group holds MuJoCo tasks and Pendulum, each tuned by its family's study:
+    the row names both studies, never 'untuned'."""
+    import benchmarks.claims as claims
+
+    studies = {"mujoco": ("16 trials x 2 tasks x 1 seed x 300k steps", ("HalfCheetah", "Hopper")),
+               "classic_continuous": ("16 trials x 2 tasks x 1 seed x 100k steps", ("CartPole", "Pendulum"))}
+    monkeypatch.setattr(claims, "study_provenance", lambda config: studies[config["env"]["family"]])
+    runs = [{"config": {"env": {"family": family}}} for family in ("mujoco", "classic_continuous", "mujoco")]
+    tuning = claims.tuning_of(runs)
+    assert tuning["text"] == ("16 trials x 2 tasks x 1 seed x 100k steps (CartPole+Pendulum) + "
+                              "16 trials x 2 tasks x 1 seed x 300k steps (HalfCheetah+Hopper)")
+    assert tuning["tasks"] == {"CartPole", "Pendulum", "HalfCheetah", "Hopper"}
+    monkeypatch.setattr(claims, "study_provenance", lambda config: None if config["env"]["family"] == "mujoco"
+                        else studies["classic_continuous"])
+    assert claims.tuning_of(runs) is None  # one untuned family makes the group untuned
