@@ -23,6 +23,7 @@ import os
 import sys
 
 MODE_VARIABLE = "SUITE_NUMERICS"
+PINNED_VARIABLE = "SUITE_NUMERICS_PINNED"  # which of the variables below the suite set (inherited by children)
 MODES = ("portable", "native")
 DEFAULT_MODE = "portable"
 
@@ -60,10 +61,13 @@ def pin_kernels() -> str:
     """Set the portable variables (unless the user set them) when portable mode is asked for and possible.
     Returns the mode this process runs in: 'portable', 'native', or 'native (no AVX2/FMA)'."""
     mode = requested_mode()
-    if mode == "native":
-        return mode
-    if not set(REQUIRED_CPU_FLAGS) <= cpu_flags():
-        return "native (no AVX2/FMA)"
+    # Pins inherited from a parent process of this suite (not the user's own) count as this module's.
+    SET_HERE.extend(name for name in os.environ.pop(PINNED_VARIABLE, "").split(",") if name in PORTABLE_KERNELS)
+    if mode == "native" or not set(REQUIRED_CPU_FLAGS) <= cpu_flags():
+        for variable in SET_HERE:
+            os.environ.pop(variable, None)
+        SET_HERE.clear()
+        return mode if mode == "native" else "native (no AVX2/FMA)"
     loaded = [name for name in ("numpy", "torch") if name in sys.modules]
     if loaded:  # too late for the load-time switches; the record below shows what the libraries chose
         print(f"numerics: {' and '.join(loaded)} loaded before the kernels were pinned; import benchmarks first",
@@ -72,13 +76,14 @@ def pin_kernels() -> str:
         if variable not in os.environ:
             os.environ[variable] = value
             SET_HERE.append(variable)
+    os.environ[PINNED_VARIABLE] = ",".join(SET_HERE)  # so child processes know which pins are the suite's
     return mode
 
 
 def environment_for(mode: str) -> dict[str, str]:
     """This process's environment for a child process that should run in `mode` (the pins this module set
     removed, so a native child picks its own kernels)."""
-    environment = {k: v for k, v in os.environ.items() if k not in SET_HERE}
+    environment = {k: v for k, v in os.environ.items() if k not in SET_HERE and k != PINNED_VARIABLE}
     environment[MODE_VARIABLE] = mode
     return environment
 

@@ -42,6 +42,19 @@ def test_native_mode_lets_each_library_take_the_widest_kernels():
     assert kernels["torch"] == "AVX512" and "X86_V4" in kernels["simd"] and kernels["openblas"] != "Haswell"
 
 
+@pytest.mark.skipif("avx512f" not in numerics.cpu_flags(), reason="only an AVX-512 CPU has wider kernels to give up")
+def test_a_native_child_of_a_portable_process_drops_the_inherited_pins():
+    """A child that inherits this (portable) process's environment as it is, with SUITE_NUMERICS=native."""
+    import os
+
+    pinned = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, numerics.MODE_VARIABLE: "portable"})
+    assert json.loads(pinned.stdout)["torch"] == "AVX2"
+    native = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, numerics.MODE_VARIABLE: "native"})
+    assert json.loads(native.stdout)["torch"] == "AVX512"
+
+
 @requires_avx2
 def test_a_variable_the_user_set_is_kept():
     assert kernels_in_child("portable", ATEN_CPU_CAPABILITY="default")["torch"] == "DEFAULT"
