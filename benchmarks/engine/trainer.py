@@ -672,13 +672,13 @@ def machine() -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    numpy_config = np.show_config(mode="dicts")
+    kernels = numerics.kernel_record()  # portable or native kernels, and what each library chose
     return {
         "cpu": cpu,
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "numpy_simd": numpy_config.get("SIMD Extensions", {}).get("found", []),
-        "numpy_blas": numpy_config.get("Build Dependencies", {}).get("blas", {}).get("name"),
-        "numerics": numerics.kernel_record(),  # portable or native kernels, and what each library chose
+        "torch_cpu_capability": kernels["torch_cpu_capability"],
+        "numpy_simd": kernels["numpy_simd"],
+        "numpy_blas": np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name"),
+        "numerics": kernels,
     }
 
 
