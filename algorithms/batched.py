@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.core import LOG_SQRT_2PI, Rollout, make_optimizer
+from algorithms.core import LOG_SQRT_2PI, Rollout, compute_gae, make_optimizer
 from algorithms.numpy_backend import inside, log_softmax, min_branch_weight
 from algorithms.ppo import PPO, LOSS_KEYS, explained_variance
 
@@ -45,7 +45,9 @@ def batched_mlp_forward(layers, x: np.ndarray) -> tuple[np.ndarray, list[np.ndar
     inputs = []
     for weight, bias in layers[:-1]:
         inputs.append(x)
-        x = np.tanh(np.matmul(x, weight.transpose(0, 2, 1)) + bias[:, None, :])
+        x = np.matmul(x, weight.transpose(0, 2, 1))
+        x += bias[:, None, :]  # in place: the same float32 sums as tanh(x @ w + b), without temporaries
+        np.tanh(x, out=x)
     inputs.append(x)
     weight, bias = layers[-1]
     return np.matmul(x, weight.transpose(0, 2, 1)) + bias[:, None, :], inputs
@@ -56,10 +58,13 @@ def batched_mlp_backward(layers, inputs: list[np.ndarray], d_out: np.ndarray, gr
     d_pre = d_out
     for index in reversed(range(len(layers))):
         layer_input = inputs[index]
-        grads[index][0][...] = np.matmul(d_pre.transpose(0, 2, 1), layer_input)
-        grads[index][1][...] = d_pre.sum(axis=1)
+        np.matmul(d_pre.transpose(0, 2, 1), layer_input, out=grads[index][0])
+        np.sum(d_pre, axis=1, out=grads[index][1])
         if index > 0:
-            d_pre = np.matmul(d_pre, layers[index][0]) * (1.0 - layer_input * layer_input)
+            tanh_derivative = layer_input * layer_input
+            np.subtract(1.0, tanh_derivative, out=tanh_derivative)
+            d_pre = np.matmul(d_pre, layers[index][0])
+            d_pre *= tanh_derivative
 
 
 class RandomState:
@@ -137,15 +142,20 @@ class SeedBatch:
         """NumpyActorCritic.act for every seed: obs [seeds, envs, obs_dim] -> action, log_prob, value."""
         head, _ = batched_mlp_forward(self.actor, obs)
         value = batched_mlp_forward(self.critic, obs)[0][..., 0]
-        shape = head.shape[1:]
+        # each seed's draws into its own contiguous slab of one buffer: the numbers torch.randn(shape) /
+        # torch.empty(shape).exponential_() give from the seed's generator, without a tensor per seed
+        draws = torch.empty(head.shape)  # [seeds, envs, logits or action dims]
         if self.discrete:
+            for slab, r in zip(draws, self.randoms):
+                slab.exponential_(1, generator=r.torch)
             log_probs = log_softmax(head)
-            exponential = np.stack([torch.empty(shape).exponential_(1, generator=r.torch).numpy()
-                                    for r in self.randoms])
+            exponential = draws.numpy()
             action = np.argmax(np.exp(log_probs) / exponential, axis=-1)
             log_prob = np.take_along_axis(log_probs, action[..., None], axis=-1)[..., 0]
             return action, log_prob, value
-        noise = np.stack([torch.randn(shape, generator=r.torch).numpy() for r in self.randoms])
+        for slab, r in zip(draws, self.randoms):
+            slab.normal_(generator=r.torch)
+        noise = draws.numpy()
         logstd = self.actor_logstd[:, None, :]
         action = head + np.exp(logstd) * noise
         log_prob = (-0.5 * noise * noise - logstd - np.float32(LOG_SQRT_2PI)).sum(-1)
@@ -197,10 +207,18 @@ class SeedBatch:
         algorithms = self.algorithms
         cfg = algorithms[0].cfg
         lr = algorithms[0].annealed_lr(iteration)
+        # GAE once over all seeds' columns (its recursion is elementwise per column: the same numbers as
+        # per seed, at one numpy call per step instead of one per step and seed)
+        stacked = {name: torch.cat([getattr(rollout, name) for rollout in rollouts], dim=-1)
+                   for name in ("rewards", "values", "next_value", "terminated", "truncated", "valid")}
+        advantages, returns = compute_gae(**stacked, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda)
+        column = 0
         batches = []
         for algorithm, rollout in zip(algorithms, rollouts):
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
-            batches.append(algorithm.flatten_rollout(rollout))
+            columns = slice(column, column + rollout.num_envs)
+            column += rollout.num_envs
+            batches.append(algorithm.flatten_rollout(rollout, (advantages[:, columns], returns[:, columns])))
         algorithms[0].set_lr(self.optimizer, lr)
         # a seed that stopped (non-finite) keeps its parameters: its gradient row is zeroed after each
         # minibatch, and its Adam moments are frozen by restoring them (Adam moves a parameter on zero gradient)
@@ -212,12 +230,14 @@ class SeedBatch:
         # [seeds, largest batch, ...] buffers; each epoch rewrites every seed's valid rows, padding stays 0
         shuffled = {key: np.zeros((len(self), largest) + tuple(batches[0][key].shape[1:]), np.float32)
                     for key in LOSS_KEYS}
+        batch_arrays = [{key: batch[key].numpy() for key in LOSS_KEYS} for batch in batches]
+        seed_index = np.arange(len(self))[:, None]
         for _epoch in range(cfg.update_epochs):
             # Each seed shuffles its own samples with its own generator, as PPO.run_epochs does.
-            for index, (batch, randoms) in enumerate(zip(batches, self.randoms)):
-                permutation = torch.randperm(counts[index], generator=randoms.torch)
+            for index, (arrays, randoms) in enumerate(zip(batch_arrays, self.randoms)):
+                permutation = torch.randperm(counts[index], generator=randoms.torch).numpy()
                 for key in LOSS_KEYS:
-                    shuffled[key][index, :counts[index]] = batch[key][permutation].numpy()
+                    shuffled[key][index, :counts[index]] = arrays[key][permutation]
             # torch.tensor_split's pieces per seed: the first (n mod M) minibatches hold one more sample.
             sizes = counts[:, None] // num_minibatches + (np.arange(num_minibatches) < counts[:, None] % num_minibatches)
             starts = np.cumsum(sizes, axis=1) - sizes
@@ -225,19 +245,20 @@ class SeedBatch:
             for m in range(num_minibatches):
                 rows = np.minimum(starts[:, m, None] + np.arange(width), largest - 1)  # [seeds, width]
                 mask = (np.arange(width) < sizes[:, m, None]).astype(np.float32)
-                minibatch = {key: np.take_along_axis(value, rows.reshape(rows.shape + (1,) * (value.ndim - 2)), axis=1)
-                             for key, value in shuffled.items()}
+                minibatch = {key: value[seed_index, rows] for key, value in shuffled.items()}
                 stats = self.minibatch_grads(minibatch, mask, cfg)
                 self.adam_step(stopped)
                 per_minibatch.append(stats)
+        # each statistic as [seeds, minibatch steps], then each seed's mean (max for ratio_max) over its row
+        per_seed = {key: np.stack([step[key] for step in per_minibatch], axis=1) for key in per_minibatch[0]}
+        per_seed = {key: value.max(axis=1) if key == "ratio_max" else value.mean(axis=1)
+                    for key, value in per_seed.items()}
         results = []
         for index, (batch, on) in enumerate(zip(batches, active)):
             if not on:
                 results.append(None)
                 continue
-            stats = {key: (max if key == "ratio_max" else np.mean)([step[key][index] for step in per_minibatch])
-                     for key in per_minibatch[0]}
-            stats = {key: float(value) for key, value in stats.items()}
+            stats = {key: float(value[index]) for key, value in per_seed.items()}
             stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
             stats["lr"] = lr
             results.append(stats)

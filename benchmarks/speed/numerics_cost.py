@@ -24,11 +24,15 @@ import pandas as pd
 from benchmarks import numerics
 from benchmarks.speed.throughput import _has_tabulate, benchmark_config, ours_sps, write_timing_table
 
-# case name -> (env, algo, backend, overrides): the suite's two backends on a classic and a MuJoCo task
+# case name -> (env, algo, backend, seeds in one process): the suite's two backends on a classic and a MuJoCo
+# task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), where the arithmetic, not per-call overhead,
+# takes most of the update - so the kernels' width shows
 CASES = {
-    "CartPole-torch": ("CartPole", "ppo", "torch", []),
-    "HalfCheetah-torch": ("HalfCheetah", "ppo", "torch", []),
-    "HalfCheetah-numpy": ("HalfCheetah", "ppo", "numpy", []),
+    "CartPole-torch": ("CartPole", "ppo", "torch", 1),
+    "HalfCheetah-torch": ("HalfCheetah", "ppo", "torch", 1),
+    "HalfCheetah-numpy": ("HalfCheetah", "ppo", "numpy", 1),
+    "CartPole-8seeds": ("CartPole", "ppo", "numpy", 8),
+    "HalfCheetah-8seeds": ("HalfCheetah", "ppo", "numpy", 8),
 }
 
 
@@ -37,8 +41,11 @@ def child_sps(case: str, steps: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    env, algo, backend, overrides = CASES[case]
-    sps = ours_sps(benchmark_config(env, algo, overrides, steps, backend))
+    from benchmarks.speed.seed_throughput import batch_sps
+
+    env, algo, backend, seeds = CASES[case]
+    # SPS of a batch: all its seeds' env steps (steps per seed x seeds) over its training time
+    sps = ours_sps(benchmark_config(env, algo, [], steps, backend)) if seeds == 1 else batch_sps(env, algo, steps, seeds)
     record = numerics.kernel_record()
     return {"sps": sps, "torch": record["torch_cpu_capability"], "openblas": record["openblas_core"]}
 
@@ -84,8 +91,9 @@ def main(argv=None) -> None:
         write_timing_table(
             args.out, "Cost of portable numerics (issue 15)", __spec__.name, argv, started, load_before,
             "the runs themselves load one core", "SPS = env steps / (rollout + update time), one child process "
-            "per run in its kernel mode, modes alternating; `vs_native` = median SPS relative to native kernels.",
-            table)
+            "per run in its kernel mode, modes alternating; `vs_native` = median SPS relative to native kernels; "
+            "`-8seeds`: 8 seeds in one process (`seeds=[0,...,7]`), SPS summed over the seeds.",
+            table, kernels_of_this_process=False)
 
 
 if __name__ == "__main__":

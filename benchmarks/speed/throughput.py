@@ -37,9 +37,18 @@ CASES = {
 }
 
 
+# The speed tools measure CleanRL's recipe (each family's values before tuning: 10 epochs x 32 minibatches on
+# MuJoCo, 4 x 4 on classic control), whatever the tuned defaults are, so that their tables stay comparable
+# with each other over time; SB3 is given the same values.
+RECIPE = {"mujoco": ["+tuning=mujoco_shipped"], "classic": ["env_family/values@env=shipped"],
+          "classic_continuous": ["env_family/values@env=shipped"]}
+
+
 def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
+    family = compose_config([f"env={env}"]).env.family
     return compose_config([
-        f"env={env}", f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}", *overrides,
+        f"env={env}", *RECIPE.get(family, []), f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}",
+        *overrides,
         "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
         "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",
     ])
@@ -136,12 +145,20 @@ def main(argv=None) -> None:
 
 
 def write_timing_table(out: Path, title: str, module: str, argv: list[str] | None, started: str, load_before: float,
-                       load_note: str | None, explanation: str, table: str) -> None:
-    """A timing table as markdown, with the exact command, when it ran and how loaded the machine was."""
+                       load_note: str | None, explanation: str, table: str, kernels_of_this_process: bool = True) -> None:
+    """A timing table as markdown, with the exact command, when it ran, the float kernels it ran on (unless its
+    runs are child processes of their own kernel mode) and how loaded the machine was."""
+    from benchmarks import numerics
+
     command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    if numerics.MODE == "native":  # the kernel width changes the arithmetic's speed (results/tables/numerics_cost.md)
+        command = "SUITE_NUMERICS=native " + command
     load = f"1-minute load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after"
+    record = numerics.kernel_record()
+    kernels = (f"{numerics.MODE} numerics: torch {record['torch_cpu_capability']}, OpenBLAS {record['openblas_core']}, "
+               if kernels_of_this_process else "")
     out.write_text(f"# {title}\n\nMade by `{command}` ({started} to {time.strftime('%H:%M')}, {os.cpu_count()} "
-                   f"cores, {load}{'; ' + load_note if load_note else ''}). {explanation}\n\n{table}\n")
+                   f"cores, {kernels}{load}{'; ' + load_note if load_note else ''}). {explanation}\n\n{table}\n")
     print(f"wrote {out}")
 
 
