@@ -24,7 +24,10 @@ they share is memory and calls:
 Seed i of a batch therefore sees the random draws, env states and statistics seed i sees
 alone; what differs is float rounding (batched matrix products and padded sums round
 differently), as between the numpy and torch backends. tests/test_batched.py holds the
-first update of each seed to a single-seed run's.
+first update of each seed to a single-seed run's. The rounding also depends on the batch:
+the one Adam steps the [seeds, parameters] array's last (size mod vector width) elements,
+the last seed's last parameters, in scalar code - so benchmarks.reproduce retrains a seed
+in the batch it trained in.
 """
 
 from __future__ import annotations

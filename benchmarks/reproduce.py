@@ -4,7 +4,8 @@
     python -m benchmarks.reproduce RUN_DIR --set algo.backend=numpy     # the same run on another backend
 
 For each run directory the config stored in its summary.json is trained again
-(in a temporary directory, with the current code), and train.csv, eval.csv and
+(in a temporary directory, with the current code; a seed of a batch in its batch,
+see Reruns), and train.csv, eval.csv and
 episodes.csv are compared cell by cell, timing columns excepted. Prints, per
 file, the number of rows and whether every number is identical; otherwise the
 first differing row and column and the largest relative difference. Exit
@@ -25,8 +26,9 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from benchmarks import numerics
+from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.engine.trainer import LATER_ALGO_KEYS, compose_config, machine, train
+from benchmarks.engine.trainer import compose_config, machine, train, with_later_keys
 from benchmarks.runs import run_directory
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
@@ -80,11 +82,44 @@ def machine_note(run_dir: Path) -> str | None:
 def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
-    stored = json.loads((run_dir / "summary.json").read_text())["config"]
-    stored["algo"] = {**LATER_ALGO_KEYS, **stored["algo"]}  # keys a run predates take the value it used
+    stored = with_later_keys(json.loads((run_dir / "summary.json").read_text())["config"])
     defaults = compose_config([f"env={stored['env']['name']}", f"algo={stored['algo']['name']}"])
     OmegaConf.set_struct(defaults, False)  # a stored config may hold an experiment's extra keys (ci_budget)
     return OmegaConf.merge(defaults, stored)
+
+
+class Reruns:
+    """Each stored run trained again under `root`, from its own config with `overrides`. A seed of a batch
+    (summary "batched", README "Many seeds") is retrained in its batch: the seeds that trained together in
+    one process, in their order, once for all of them (a seed's float rounding depends on the batch it
+    shares arrays with)."""
+
+    def __init__(self, root: Path, overrides: list[str]):
+        self.root, self.overrides, self.done = root, overrides, {}
+
+    def config(self, run_dir: Path):
+        config = stored_config(run_dir)
+        config.merge_with_dotlist(self.overrides)
+        config.logging.tensorboard = False
+        config.logging.progress_bar = False
+        return config
+
+    def of(self, run_dir: Path) -> Path:
+        """The directory of run_dir's rerun (training it, or its batch, on first use)."""
+        batched = json.loads((run_dir / "summary.json").read_text()).get("batched")
+        if not batched:
+            rerun = self.root / f"run{len(self.done)}"
+            train(self.config(run_dir), rerun)
+            self.done[rerun] = rerun
+            return rerun
+        together = batched.get("trained_together") or batched["seeds"]
+        key = (run_dir.resolve().parent, tuple(together))
+        if key not in self.done:
+            batch_root = self.root / f"batch{len(self.done)}"
+            run_dirs = [batch_root / f"seed{seed}" for seed in together]
+            train_batch(self.config(run_dir), run_dirs, together)
+            self.done[key] = batch_root
+        return self.done[key] / run_dir.name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,21 +145,17 @@ def main(argv: list[str] | None = None) -> None:
                                     *set_arguments, "--tally", str(tally)], env=numerics.environment_for(mode))
             # a child that died before its tally counts all its runs as not reproduced
             differing += int(tally.read_text()) if child.returncode in (0, 1) and tally.exists() else len(other_mode)
-    for run_dir in [d for d in args.run_dirs if d not in other_mode]:
-        config = stored_config(run_dir)
-        config.merge_with_dotlist(list(args.set))
-        config.logging.tensorboard = False
-        config.logging.progress_bar = False
-        with tempfile.TemporaryDirectory() as tmp:
-            train(config, Path(tmp))
-            lines = compare_logs(run_dir, Path(tmp))
-        differing += any(line.startswith("DIFF") for line in lines)
-        print(f"{run_dir}:")
-        note = machine_note(run_dir)
-        if note:
-            print(f"  note: {note}")
-        for line in lines:
-            print(f"  {line}")
+    with tempfile.TemporaryDirectory() as tmp:
+        reruns = Reruns(Path(tmp), list(args.set))
+        for run_dir in [d for d in args.run_dirs if d not in other_mode]:
+            lines = compare_logs(run_dir, reruns.of(run_dir))
+            differing += any(line.startswith("DIFF") for line in lines)
+            print(f"{run_dir}:")
+            note = machine_note(run_dir)
+            if note:
+                print(f"  note: {note}")
+            for line in lines:
+                print(f"  {line}")
     if args.tally:
         args.tally.write_text(str(differing))
         sys.exit(1 if differing else 0)

@@ -61,3 +61,27 @@ def test_the_loop_times_its_phases_and_the_profile_reads_them(make_config, tmp_p
     assert sum(seconds.values()) <= summary["wall_time_s"]  # the rest is the loop's own bookkeeping
     shares = phase_shares(summary)
     assert abs(sum(shares.values()) - 1.0) < 1e-9 and shares["rest of the loop"] >= 0
+
+
+def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp_path, capsys):
+    import json
+
+    from benchmarks.engine.batch_trainer import train_batch
+
+    config = make_config(["env=Pendulum", "algo.backend=numpy", "seeds=[4,5,6]", "total_steps=2048",
+                          "eval.every_steps=1024", *QUIET])
+    runs = [tmp_path / "job" / f"seed{seed}" for seed in (4, 5, 6)]
+    train_batch(config, runs)
+
+    with pytest.raises(SystemExit) as same:
+        reproduce_main([str(runs[2]), str(runs[0])])  # the batch is retrained once, for both
+    out = capsys.readouterr().out
+    assert same.value.code == 0 and "2 of 2 runs reproduce every logged number" in out, out
+
+    # Alone, the same config rounds differently (batched matrix products, the batch's one Adam): not the run.
+    summary = json.loads((runs[2] / "summary.json").read_text())
+    del summary["batched"]
+    (runs[2] / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(SystemExit) as alone:
+        reproduce_main([str(runs[2])])
+    assert alone.value.code == 1 and "DIFF train.csv" in capsys.readouterr().out

@@ -116,3 +116,33 @@ def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(meth
     cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
     with pytest.raises(ValueError, match="cannot run ChangedLoss: it changes PPO's minibatch loss"):
         ChangedLoss(4, 2, True, cfg, 1)  # and the algorithm itself refuses, wherever it is built
+
+
+OPTIMIZER_KEYS = ["type", "lr", "momentum", "nesterov", "betas", "eps", "weight_decay"]
+
+
+def test_outer_ppo_optimizers_come_from_the_optimizer_group(make_config):
+    # each preset selects two of conf/optimizer/ and sets only what differs
+    expected = {"outer_ppo": ("sgd", "adamw"), "outer_ppo_lr": ("adam", "sgd"),
+                "outer_ppo_nesterov": ("adam", "sgd"), "outer_ppo_biased": ("adam", "sgd")}
+    for preset, (inner, outer) in expected.items():
+        algo = make_config([f"algo={preset}", "env=CartPole"]).algo
+        assert (algo.inner_optimizer.type, algo.outer_optimizer.type) == (inner, outer)
+        for block in (algo.inner_optimizer, algo.outer_optimizer):
+            assert list(block)[:len(OPTIMIZER_KEYS)] == OPTIMIZER_KEYS
+    # PPO's own Adam as the paper variants' inner optimizer: PPO's lr and eps, read through
+    algo = make_config(["algo=outer_ppo_lr", "env=CartPole", "algo.lr=1e-3", "algo.adam_eps=1e-7"]).algo
+    assert (algo.inner_optimizer.lr, algo.inner_optimizer.eps) == (1e-3, 1e-7)
+    # another optimizer from the command line: the group's defaults, the preset's own values kept
+    cfg = make_config(["algo=outer_ppo_lr", "env=CartPole", "optimizer@algo.outer_optimizer=adamw"])
+    validate_config(cfg)
+    outer = cfg.algo.outer_optimizer
+    assert (outer.type, outer.weight_decay, outer.betas, outer.anneal_lr) == ("adamw", 0.01, [0.9, 0.999], False)
+    assert outer.lr == make_config(["algo=outer_ppo_lr", "env=CartPole"]).algo.outer_optimizer.lr
+
+
+def test_a_preset_that_forgets_an_optimizers_lr_gets_one_line(make_config):
+    cfg = make_config(["algo=outer_ppo_lr", "env=CartPole", "optimizer@algo.outer_optimizer=sgd"])
+    cfg.algo.outer_optimizer.lr = "???"  # the group's lr is mandatory: a preset must set it
+    with pytest.raises(ConfigError, match=r"^algo.outer_optimizer.lr must be a number >= 0, got '\?\?\?'$"):
+        validate_config(cfg)

@@ -104,10 +104,20 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
-# Algorithm keys added after runs were stored, with the value those earlier runs used,
-# so that a stored run still counts as the same config as a rerun of its command.
+# Algorithm keys added after runs were stored, with the value those earlier runs used.
 # inner_loop/inner_epochs: every Outer-PPO run before them used PPO's own inner loop.
 LATER_ALGO_KEYS = {"backend": "torch", "inner_loop": "ppo", "inner_epochs": 4}
+
+
+def with_later_keys(config: dict) -> dict:
+    """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
+    with: the one place that knows what changed in the schema since runs were first stored, so that a stored
+    run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
+    A key added to the schema later gets its line here."""
+    config = dict(config)
+    config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
+    config.setdefault("seeds", None)  # `seeds` (a batch, README "Many seeds") came later: one seed
+    return config
 
 
 def task_kwargs(env_cfg) -> dict | None:
@@ -122,10 +132,7 @@ def task_network(env_cfg) -> dict | None:
 
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in config.items() if k not in ("logging", "restart")}
-    if config.get("seeds") is None:  # `seeds` (a batch, README "Many seeds") came later; null is a single-seed run
-        config.pop("seeds", None)
-    config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
+    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart")}
     # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
     config["env"] = {k: v for k, v in config["env"].items()
                      if k not in ("random_score", "reference_score", "hparams", "tuned")}

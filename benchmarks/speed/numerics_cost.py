@@ -44,8 +44,10 @@ def child_sps(case: str, steps: int) -> dict:
     from benchmarks.speed.seed_throughput import batch_sps
 
     env, algo, backend, seeds = CASES[case]
-    # SPS of a batch: all its seeds' env steps (steps per seed x seeds) over its training time
-    sps = ours_sps(benchmark_config(env, algo, [], steps, backend)) if seeds == 1 else batch_sps(env, algo, steps, seeds)
+    if seeds == 1:
+        sps = ours_sps(benchmark_config(env, algo, [], steps, backend))
+    else:  # all the batch's env steps (steps per seed x seeds) over its training time
+        sps, _update_share = batch_sps(env, algo, steps, seeds)
     record = numerics.kernel_record()
     return {"sps": sps, "torch": record["torch_cpu_capability"], "openblas": record["openblas_core"]}
 

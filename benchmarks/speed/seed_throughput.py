@@ -33,19 +33,21 @@ from benchmarks.speed.throughput import _has_tabulate, benchmark_config, write_t
 from benchmarks.engine.trainer import train
 
 
-def timed_sps(run_dirs: list[Path]) -> float:
-    """Env steps of all runs / the training time (rollout + update) of the batch (the same for every seed)."""
+def timed_sps(run_dirs: list[Path]) -> tuple[float, float]:
+    """(env steps of all runs / the training time (rollout + update) of the batch (the same for every seed),
+    the update's share of that time)."""
     log = pd.read_csv(run_dirs[0] / "train.csv")
-    return len(run_dirs) * log["env_steps"].iloc[-1] / (log["rollout_time"].sum() + log["update_time"].sum())
+    training_time = log["rollout_time"].sum() + log["update_time"].sum()
+    return len(run_dirs) * log["env_steps"].iloc[-1] / training_time, log["update_time"].sum() / training_time
 
 
-def single_sps(env: str, algo: str, steps: int) -> float:
+def single_sps(env: str, algo: str, steps: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as root:
         train(benchmark_config(env, algo, [], steps, "numpy"), Path(root))
         return timed_sps([Path(root)])
 
 
-def batch_sps(env: str, algo: str, steps: int, size: int) -> float:
+def batch_sps(env: str, algo: str, steps: int, size: int) -> tuple[float, float]:
     cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, "numpy")
     with tempfile.TemporaryDirectory() as root:
         run_dirs = [Path(root) / f"seed{seed}" for seed in range(size)]
@@ -75,10 +77,10 @@ def raw_env_sps(env: str, steps: int) -> float:
 def two_processes_sps(env: str, algo: str, steps: int, size: int) -> float:
     """Two batches of `size` seeds as two processes started together; their summed SPS."""
     code = ("import sys; from benchmarks.speed.seed_throughput import batch_sps; "
-            f"print(batch_sps({env!r}, {algo!r}, {steps}, {size}))")
+            f"print(batch_sps({env!r}, {algo!r}, {steps}, {size})[0])")
     processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                   env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
-    return sum(float(process.communicate()[0].strip().splitlines()[-1]) for process in processes)
+    return sum(float(process.communicate()[0].strip().splitlines()[-1]) for process in processes), float("nan")
 
 
 def main(argv=None) -> None:
@@ -99,20 +101,21 @@ def main(argv=None) -> None:
     for env in args.envs:
         samples: dict[str, list[float]] = {}
         for _ in range(args.repeats):
-            samples.setdefault("raw env (random actions)", []).append(raw_env_sps(env, args.steps))
+            samples.setdefault("raw env (random actions)", []).append((raw_env_sps(env, args.steps), float("nan")))
             samples.setdefault("one seed alone", []).append(single_sps(env, args.algo, args.steps))
             for size in args.sizes:
                 samples.setdefault(f"batch of {size}", []).append(batch_sps(env, args.algo, args.steps, size))
             if args.two_processes:
                 samples.setdefault(f"2 processes x batch of {args.two_processes}", []).append(
                     two_processes_sps(env, args.algo, args.steps, args.two_processes))
-        medians = {name: statistics.median(values) for name, values in samples.items()}
+        medians = {name: statistics.median(sps for sps, _ in values) for name, values in samples.items()}
         alone, raw = medians["one seed alone"], medians["raw env (random actions)"]
         for name, values in samples.items():
             rows.append({"env": env, "what": name, "median_sps": round(medians[name]),
-                         "runs": " ".join(f"{v:.0f}" for v in values),
+                         "runs": " ".join(f"{sps:.0f}" for sps, _ in values),
                          "x_one_seed": round(medians[name] / alone, 2),
-                         "fraction_of_raw_env": round(medians[name] / raw, 2)})
+                         "fraction_of_raw_env": round(medians[name] / raw, 2),
+                         "update_share": round(statistics.median(share for _, share in values), 2)})
         print(pd.DataFrame([r for r in rows if r["env"] == env]).to_string(index=False), flush=True)
     frame = pd.DataFrame(rows)
     table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
@@ -124,7 +127,8 @@ def main(argv=None) -> None:
             argv, started, load_before, None, "SPS = env steps of all seeds / (rollout + update time), one core "
             "unless stated; `x_one_seed` = against one seed alone on the fastest single-seed path "
             "(algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
-            "random actions, both measured in the same run.", table)
+            "random actions, both measured in the same run; `update_share` = the update's share of the training time "
+            "(the rest: acting, env steps, statistics).", table)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,25 @@
+"""The speed tools (benchmarks/speed/): what they measure is fixed, and their tables say how they were made."""
+
+from benchmarks.speed.seed_throughput import main as seed_throughput_main
+from benchmarks.speed.throughput import benchmark_config
+
+
+def test_speed_tools_measure_cleanrls_recipe_whatever_the_tuned_defaults():
+    # the family defaults are the tuning's values (CartPole: 14 epochs x 32 minibatches); the tables are not
+    for env, (epochs, minibatches, lr) in {"HalfCheetah": (10, 32, 3e-4), "CartPole": (4, 4, 2.5e-4),
+                                           "Pendulum": (10, 32, 1e-3)}.items():
+        config = benchmark_config(env, "ppo", [], 4096, "numpy")
+        assert (config.algo.update_epochs, config.algo.num_minibatches, config.algo.lr) == (epochs, minibatches, lr)
+    assert benchmark_config("HalfCheetah", "ppo", ["algo.update_epochs=3"], 4096).algo.update_epochs == 3
+
+
+def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, capsys):
+    out = tmp_path / "table.md"
+    seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--steps", "512", "--repeats", "1", "--out", str(out)])
+    text = out.read_text()
+    assert "python -m benchmarks.speed.seed_throughput --envs CartPole --sizes 2" in text
+    assert "portable numerics: torch AVX2, OpenBLAS Haswell" in text
+    rows = [line for line in text.splitlines() if line.startswith("| CartPole")]
+    assert [row.split("|")[2].strip() for row in rows] == ["raw env (random actions)", "one seed alone", "batch of 2"]
+    update_share = float(rows[2].split("|")[-2])
+    assert 0 < update_share < 1
