@@ -126,7 +126,8 @@ class SeedBatch:
         self.actor_logstd_grad = None if self.discrete else grad_views[-1]
         # PPO's own update is batched; any other algorithm's runs seed by seed.
         self.batched_update = all(type(a).update is PPO.update and a.runs_on_numpy_backend()
-                                  and type(a).optimize is PPO.optimize for a in algorithms)
+                                  and type(a).optimize is PPO.optimize
+                                  and type(a).flatten_rollout is PPO.flatten_rollout for a in algorithms)
         if self.batched_update:
             # One Adam over the [seeds, parameters] array: elementwise, so it is every seed's own Adam
             # (same lr schedule and step count in lockstep) in one call. The seeds' own optimizers hold

@@ -16,6 +16,7 @@ numbers can be checked against committed results).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -95,7 +96,9 @@ class Reruns:
     shares arrays with)."""
 
     def __init__(self, root: Path, overrides: list[str]):
-        self.root, self.overrides, self.done = root, overrides, {}
+        self.root, self.overrides = root, overrides
+        self.batches: dict[tuple, Path] = {}  # (job directory, seeds trained together) -> their reruns' root
+        self.count = itertools.count()
 
     def config(self, run_dir: Path):
         config = stored_config(run_dir)
@@ -106,20 +109,24 @@ class Reruns:
 
     def of(self, run_dir: Path) -> Path:
         """The directory of run_dir's rerun (training it, or its batch, on first use)."""
-        batched = json.loads((run_dir / "summary.json").read_text()).get("batched")
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = self.config(run_dir)
+        batched = summary.get("batched")
+        if batched and (config.get("seeds") is None or config.algo.backend != "numpy"):
+            print(f"note: {run_dir} was trained in a batch; the overrides {self.overrides} retrain it alone",
+                  flush=True)
+            batched = None
         if not batched:
-            rerun = self.root / f"run{len(self.done)}"
-            train(self.config(run_dir), rerun)
-            self.done[rerun] = rerun
+            rerun = self.root / f"run{next(self.count)}"
+            train(config, rerun)
             return rerun
         together = batched.get("trained_together") or batched["seeds"]
         key = (run_dir.resolve().parent, tuple(together))
-        if key not in self.done:
-            batch_root = self.root / f"batch{len(self.done)}"
-            run_dirs = [batch_root / f"seed{seed}" for seed in together]
-            train_batch(self.config(run_dir), run_dirs, together)
-            self.done[key] = batch_root
-        return self.done[key] / run_dir.name
+        if key not in self.batches:
+            batch_root = self.root / f"batch{next(self.count)}"
+            train_batch(config, [batch_root / f"seed{seed}" for seed in together], together)
+            self.batches[key] = batch_root
+        return self.batches[key] / f"seed{summary['seed']}"
 
 
 def main(argv: list[str] | None = None) -> None:

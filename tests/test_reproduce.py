@@ -78,6 +78,12 @@ def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp
     out = capsys.readouterr().out
     assert same.value.code == 0 and "2 of 2 runs reproduce every logged number" in out, out
 
+    # An override that cannot run batched (the torch backend) retrains the seed alone, and says so.
+    with pytest.raises(SystemExit) as torch_backend:
+        reproduce_main([str(runs[0]), "--set", "algo.backend=torch"])
+    out = capsys.readouterr().out
+    assert torch_backend.value.code == 1 and "retrain it alone" in out and "DIFF train.csv" in out
+
     # Alone, the same config rounds differently (batched matrix products, the batch's one Adam): not the run.
     summary = json.loads((runs[2] / "summary.json").read_text())
     del summary["batched"]

@@ -1,5 +1,6 @@
 """The speed tools (benchmarks/speed/): what they measure is fixed, and their tables say how they were made."""
 
+from benchmarks import numerics
 from benchmarks.speed.seed_throughput import main as seed_throughput_main
 from benchmarks.speed.throughput import benchmark_config
 
@@ -18,7 +19,8 @@ def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, cap
     seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--steps", "512", "--repeats", "1", "--out", str(out)])
     text = out.read_text()
     assert "python -m benchmarks.speed.seed_throughput --envs CartPole --sizes 2" in text
-    assert "portable numerics: torch AVX2, OpenBLAS Haswell" in text
+    kernels = numerics.kernel_record()
+    assert f"{numerics.MODE} numerics: torch {kernels['torch_cpu_capability']}, OpenBLAS {kernels['openblas_core']}" in text
     rows = [line for line in text.splitlines() if line.startswith("| CartPole")]
     assert [row.split("|")[2].strip() for row in rows] == ["raw env (random actions)", "one seed alone", "batch of 2"]
     update_share = float(rows[2].split("|")[-2])

@@ -25,8 +25,8 @@ from benchmarks import numerics
 from benchmarks.speed.throughput import _has_tabulate, benchmark_config, ours_sps, write_timing_table
 
 # case name -> (env, algo, backend, seeds in one process): the suite's two backends on a classic and a MuJoCo
-# task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), where the arithmetic, not per-call overhead,
-# takes most of the update - so the kernels' width shows
+# task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), whose every call works on [seeds, rows, 64]
+# arrays rather than one seed's - where the kernels' vector width has work to speed up
 CASES = {
     "CartPole-torch": ("CartPole", "ppo", "torch", 1),
     "HalfCheetah-torch": ("HalfCheetah", "ppo", "torch", 1),

@@ -37,15 +37,19 @@ CASES = {
 }
 
 
-# The speed tools measure CleanRL's recipe (each family's values before tuning: 10 epochs x 32 minibatches on
-# MuJoCo, 4 x 4 on classic control), whatever the tuned defaults are, so that their tables stay comparable
-# with each other over time; SB3 is given the same values.
+# The speed tools measure each family's values before tuning, whatever the tuned defaults are, so that their
+# tables stay comparable with each other over time (SB3 is given the same values): CleanRL's recipes - MuJoCo
+# 10 epochs x 32 minibatches, lr 3e-4; discrete classic control 4 x 4, lr 2.5e-4 - and, for continuous classic
+# control, the continuous recipe at lr 1e-3 (conf/env_family/classic_continuous.yaml).
 RECIPE = {"mujoco": ["+tuning=mujoco_shipped"], "classic": ["env_family/values@env=shipped"],
           "classic_continuous": ["env_family/values@env=shipped"]}
 
 
 def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
     family = compose_config([f"env={env}"]).env.family
+    if family not in RECIPE:
+        raise SystemExit(f"error: the speed tools measure MuJoCo and classic-control tasks; {env} is a "
+                         f"{family} task")
     return compose_config([
         f"env={env}", *RECIPE.get(family, []), f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}",
         *overrides,
@@ -151,7 +155,7 @@ def write_timing_table(out: Path, title: str, module: str, argv: list[str] | Non
     from benchmarks import numerics
 
     command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
-    if numerics.MODE == "native":  # the kernel width changes the arithmetic's speed (results/tables/numerics_cost.md)
+    if kernels_of_this_process and numerics.MODE == "native":  # the kernels change the speed (numerics_cost.md)
         command = "SUITE_NUMERICS=native " + command
     load = f"1-minute load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after"
     record = numerics.kernel_record()
