@@ -2,6 +2,7 @@
 
     python -m benchmarks.reproduce results/runs/classic/CartPole/ppo/seed0 [RUN_DIR ...]
     python -m benchmarks.reproduce RUN_DIR --set algo.backend=numpy     # the same run on another backend
+    python -m benchmarks.reproduce results/runs/classic_tuned --one-per-preset   # a suite: its last seed per (task, preset)
 
 For each run directory the config stored in its summary.json is trained again
 (in a temporary directory, with the current code; a seed of a batch in its batch,
@@ -30,7 +31,7 @@ from benchmarks import numerics
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import compose_config, machine, train, with_later_keys
-from benchmarks.runs import run_directory
+from benchmarks.runs import existing_directory, group_runs, load_runs
 
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -129,13 +130,36 @@ class Reruns:
         return self.batches[key] / f"seed{summary['seed']}"
 
 
+def runs_to_check(paths: list[Path], one_per_preset: bool) -> list[Path]:
+    """The run directories named, and the complete runs below each suite directory named (every one, or
+    with one_per_preset the highest seed of each (suite, task, preset): the one a batch rounds last)."""
+    run_dirs = []
+    for path in paths:
+        if (path / "summary.json").is_file():
+            run_dirs.append(path)
+            continue
+        runs = load_runs(path)
+        if not runs:
+            raise ValueError(f"{path} is not a run directory (no summary.json) nor a suite holding complete runs")
+        groups = group_runs(runs).values()
+        run_dirs += [group[-1]["dir"] for group in groups] if one_per_preset else [r["dir"] for g in groups for r in g]
+    return run_dirs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=run_directory)
+    parser.add_argument("run_dirs", nargs="+", type=existing_directory,
+                        help="run directories, or suite directories: every complete run below one")
+    parser.add_argument("--one-per-preset", action="store_true",
+                        help="of a suite directory, only the highest seed of each (task, preset)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for the rerun (dotted keys), e.g. algo.backend=numpy")
     parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)  # a child's count of differing runs
     args = parser.parse_args(argv)
+    try:
+        args.run_dirs = runs_to_check(args.run_dirs, args.one_per_preset)
+    except ValueError as error:
+        parser.error(f"argument run_dirs: {error}")
     # A run is rerun in the kernel mode it was made in: runs of the other mode go to a child process
     # started with that mode (the mode is fixed when numpy and torch load, so this process cannot switch).
     here = numerics.base_mode(numerics.MODE)

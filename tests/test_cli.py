@@ -169,7 +169,8 @@ def test_eval_lines_say_whose_they_are(tmp_path):
     ("claims", "{missing}", "argument suites: {missing} does not exist"),
     ("summarize", "{missing}", "argument runs_dir: {missing} does not exist"),
     ("reproduce", "{missing}", "argument run_dirs: {missing} does not exist"),
-    ("reproduce", "{empty}", "argument run_dirs: {empty} is not a run directory (no summary.json)"),
+    ("reproduce", "{empty}", "argument run_dirs: {empty} is not a run directory (no summary.json) nor a suite "
+                             "holding complete runs"),
     ("pack", "{file}", "argument roots: {file} is not a directory"),
     ("evaluate", "{missing}", "argument checkpoint: {missing} does not exist"),
 ])

@@ -91,3 +91,18 @@ def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp
     with pytest.raises(SystemExit) as alone:
         reproduce_main([str(runs[2])])
     assert alone.value.code == 1 and "DIFF train.csv" in capsys.readouterr().out
+
+
+def test_a_suite_directory_gives_its_runs_or_one_per_preset(make_config, tmp_path):
+    from benchmarks.reproduce import runs_to_check
+
+    for algo in ("ppo", "hp3o"):
+        for seed in (0, 1):
+            train(make_config(["env=CartPole", f"algo={algo}", f"seed={seed}", "total_steps=512", *QUIET]),
+                  tmp_path / "suite" / "CartPole" / algo / f"seed{seed}")
+    suite = tmp_path / "suite"
+    assert len(runs_to_check([suite], one_per_preset=False)) == 4
+    assert runs_to_check([suite], one_per_preset=True) == [suite / "CartPole" / "hp3o" / "seed1",
+                                                           suite / "CartPole" / "ppo" / "seed1"]
+    run = suite / "CartPole" / "ppo" / "seed0"
+    assert runs_to_check([run, suite], one_per_preset=True)[0] == run  # a run directory is taken as it is
