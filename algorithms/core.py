@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -17,29 +16,6 @@ from torch import nn
 from torch.nn import functional as F
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-# ---------------------------------------------------------------------------
-# Config
-# ---------------------------------------------------------------------------
-
-
-def plain_config(cfg) -> SimpleNamespace:
-    """An algo config (OmegaConf) resolved once into plain nested attributes.
-
-    OmegaConf re-resolves an interpolation such as `${env.hparams.ent_coef}` on
-    every attribute access (a grammar parse), and the minibatch step reads
-    several such keys 320 times per 2048 env steps (py-spy showed the parses as
-    a visible share of a HalfCheetah run).
-    """
-    from omegaconf import DictConfig, OmegaConf
-
-    def to_namespace(value):
-        if isinstance(value, dict):
-            return SimpleNamespace(**{key: to_namespace(item) for key, item in value.items()})
-        return value
-
-    return to_namespace(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)
 
 
 # ---------------------------------------------------------------------------

@@ -49,8 +49,8 @@ from typing import NamedTuple
 import torch
 
 from algorithms.core import Rollout, compute_gae
-from algorithms.ppo import PPO, Batch
-from algorithms.schema import boolean, positive_int, positive_number
+from algorithms.ppo import PPO, Batch, PPOConfig
+from algorithms.schema import boolean, checked, positive_int, positive_number
 
 # Per-step fields an unfinished episode accumulates between update() calls.
 STEP_FIELDS = ("obs", "actions", "rewards", "raw_rewards", "log_probs", "values", "collected_at")
@@ -170,16 +170,20 @@ def trajectory_gae(rewards: list[torch.Tensor], values: list[torch.Tensor], boot
             for column, length in enumerate(lengths)]
 
 
+@dataclass
+class HP3OConfig(PPOConfig):
+    """algo.* of HP3O and HP3O+ (conf/algo/hp3o*.yaml), beyond PPO's."""
+    buffer_size: int = checked(positive_int())
+    trajectories_per_batch: int = checked(positive_int())
+    steps_per_batch: int = checked(positive_int())
+    minibatch_size: int = checked(positive_int())
+    recompute_advantages: bool = checked(boolean())
+    best_baseline: bool = checked(boolean())
+    baseline_distance_threshold: float = checked(positive_number())
+
+
 class HP3O(PPO):
-    config_rules = [
-        positive_int("algo.buffer_size"),
-        positive_int("algo.trajectories_per_batch"),
-        positive_int("algo.steps_per_batch"),
-        positive_int("algo.minibatch_size"),
-        boolean("algo.recompute_advantages"),
-        boolean("algo.best_baseline"),
-        positive_number("algo.baseline_distance_threshold"),
-    ]
+    Config = HP3OConfig
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:

@@ -11,8 +11,9 @@ and then driven by the loop: act on every env step, value to bootstrap the last 
 update once per rollout, act_deterministic to evaluate, state_dict/load_state_dict to
 checkpoint and resume. What it declares about itself:
 
-    config_rules   the rules of its own algo.* keys (algorithms/schema.py); a subclass
-                   adds to its parent's, so a variant of PPO lists only its new keys
+    Config         the schema of its algo.* keys: a dataclass whose fields carry each key's
+                   type and range (algorithms/schema.py); a variant's subclasses its
+                   parent's, so it lists only its new keys. self.cfg is one, built once.
     check_config   checks of keys that relate to each other or to the rollout size
     guarded_stats  update statistics that must be finite: the trainer stops the run on
                    a non-finite one (the last good checkpoint is kept)
@@ -31,16 +32,15 @@ from typing import ClassVar
 import torch
 
 from algorithms.core import Rollout
-from algorithms.schema import Rule
 
 
 class Algorithm(ABC):
-    config_rules: ClassVar[list[Rule]] = []
+    Config: ClassVar[type]  # a dataclass (algorithms/schema.py)
     guarded_stats: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
-        """One line per problem among keys that relate (each key's own range is in config_rules)."""
+        """One line per problem among keys that relate (each key's own range is in Config)."""
         return []
 
     @classmethod

@@ -25,13 +25,22 @@ holds it and its state (e.g. Adam moments) carries over iterations as in PPO.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from algorithms.core import Rollout, clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
-from algorithms.ppo import PPO, StatsTracker, explained_variance
-from algorithms.schema import boolean, non_negative_number, one_of, optimizer_rules, positive_int
+from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
+from algorithms.schema import (
+    OptimizerConfig,
+    OuterOptimizerConfig,
+    block,
+    checked,
+    non_negative_number,
+    one_of,
+    positive_int,
+)
 
 
 def optimizer_from_config(params, opt_cfg) -> torch.optim.Optimizer:
@@ -69,18 +78,19 @@ def kl_after_before(log_prob_before: torch.Tensor, log_prob_after: torch.Tensor)
     return float((ratio * log_ratio - (ratio - 1.0)).mean())
 
 
+@dataclass
+class OuterPPOConfig(PPOConfig):
+    """algo.* of the Outer-PPO presets (conf/algo/outer_ppo*.yaml), beyond PPO's."""
+    inner_loop: str = checked(one_of(["ppo", "full_batch"]), before="ppo")  # earlier runs: PPO's own inner loop
+    inner_epochs: int = checked(positive_int(), before=4)
+    inner_optimizer: OptimizerConfig = block()
+    outer_optimizer: OuterOptimizerConfig = block()
+    bias_coef: float = checked(non_negative_number())
+    apply_to: str = checked(one_of(["all", "actor"]))
+
+
 class OuterPPO(PPO):
-    # The outer lr may be 0: the behaviour parameters then never move (a diagnostic setting and a
-    # test case), so it is allowed on purpose.
-    config_rules = [
-        *optimizer_rules("algo.inner_optimizer", lr_may_be_zero=False),
-        *optimizer_rules("algo.outer_optimizer", lr_may_be_zero=True),
-        boolean("algo.outer_optimizer.anneal_lr"),
-        non_negative_number("algo.bias_coef"),
-        one_of("algo.apply_to", ["all", "actor"]),
-        one_of("algo.inner_loop", ["ppo", "full_batch"]),
-        positive_int("algo.inner_epochs"),
-    ]
+    Config = OuterPPOConfig
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,

@@ -15,6 +15,7 @@ part where their paper differs. The pieces a variant replaces, from large to sma
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -27,15 +28,16 @@ from algorithms.core import (
     make_policy,
     make_optimizer,
     normalize_advantages,
-    plain_config,
     value_loss,
 )
 from algorithms.interface import Algorithm
 from algorithms.numpy_backend import NumpyActorCritic
 from algorithms.schema import (
+    Check,
     boolean,
+    build_config,
     is_int,
-    name,
+    checked,
     non_negative_number,
     one_of,
     optional_positive_number,
@@ -43,6 +45,7 @@ from algorithms.schema import (
     positive_number,
     unit_interval,
 )
+from algorithms.schema import name as valid_name
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
 # What the minibatch loss reads of each sample; the epoch loop shuffles these keys only (HP3O's batches
@@ -65,27 +68,33 @@ class Evaluation(NamedTuple):
 LOSS_METHODS = ("minibatch_step", "evaluate_minibatch", "loss_terms", "policy_term", "value_term", "entropy_term")
 
 
+@dataclass
+class PPOConfig:
+    """algo.* of PPO (conf/algo/ppo.yaml); a variant's Config subclasses it with its own keys."""
+    name: str = checked(valid_name())
+    algorithm: str = checked(valid_name())
+    hidden_sizes: list[int] = checked(Check(lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(x) and x > 0
+                                                                                             for x in v),
+                                        "a non-empty list of positive integers"))
+    lr: float = checked(positive_number())
+    anneal_lr: bool = checked(boolean())
+    adam_eps: float = checked(positive_number())
+    gamma: float = checked(unit_interval(low_open=True))
+    gae_lambda: float = checked(unit_interval())
+    update_epochs: int = checked(positive_int())
+    num_minibatches: int = checked(positive_int())
+    clip_coef: float = checked(positive_number())
+    clip_vloss: bool = checked(boolean())
+    norm_adv: bool = checked(boolean())
+    ent_coef: float = checked(non_negative_number())
+    vf_coef: float = checked(non_negative_number())
+    max_grad_norm: float = checked(positive_number())
+    target_kl: float | None = checked(optional_positive_number())
+    backend: str = checked(one_of(["torch", "numpy"]), before="torch")  # runs before the numpy backend: torch
+
+
 class PPO(Algorithm):
-    config_rules = [
-        name("algo.name"),
-        ("algo.hidden_sizes", lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(x) and x > 0 for x in v),
-         "a non-empty list of positive integers"),
-        positive_number("algo.lr"),
-        boolean("algo.anneal_lr"),
-        positive_number("algo.adam_eps"),
-        unit_interval("algo.gamma", low_open=True),
-        unit_interval("algo.gae_lambda"),
-        positive_int("algo.update_epochs"),
-        positive_int("algo.num_minibatches"),
-        positive_number("algo.clip_coef"),
-        boolean("algo.clip_vloss"),
-        boolean("algo.norm_adv"),
-        non_negative_number("algo.ent_coef"),
-        non_negative_number("algo.vf_coef"),
-        positive_number("algo.max_grad_norm"),
-        optional_positive_number("algo.target_kl"),
-        one_of("algo.backend", ["torch", "numpy"]),
-    ]
+    Config = PPOConfig
     guarded_stats = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
     loss_keys = LOSS_KEYS  # what the epoch loop shuffles into minibatches; a term that reads more declares it here
 
@@ -103,7 +112,7 @@ class PPO(Algorithm):
 
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
                  network: dict | None = None):
-        self.cfg = plain_config(cfg)  # resolved once: the hot loop reads it per minibatch
+        self.cfg = build_config(self.Config, cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
         self.policy = make_policy(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes), network)
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters

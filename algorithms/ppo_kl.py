@@ -26,19 +26,25 @@ Choices made here:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from algorithms.ppo import PPO, Batch, Evaluation
-from algorithms.schema import number_between, positive_number
+from algorithms.ppo import PPO, Batch, Evaluation, PPOConfig
+from algorithms.schema import checked, number_between, positive_number
+
+
+@dataclass
+class PPOKLConfig(PPOConfig):
+    """algo.* of ppo_kl (conf/algo/ppo_kl.yaml), beyond PPO's."""
+    kl_target: float = checked(positive_number())          # d_targ; the paper tries 0.003, 0.01, 0.03
+    kl_beta_init: float = checked(positive_number())       # beta before the first update
+    kl_tolerance: float = checked(number_between(1, 100))  # adapt when d leaves [target / tol, target * tol]
+    kl_factor: float = checked(number_between(1, 100))     # beta is multiplied or divided by it
 
 
 class PPOKL(PPO):
-    config_rules = [
-        positive_number("algo.kl_target"),      # d_targ; the paper tries 0.003, 0.01, 0.03
-        positive_number("algo.kl_beta_init"),   # beta before the first update
-        number_between("algo.kl_tolerance", 1, 100),  # adapt when d leaves [target / tol, target * tol]
-        number_between("algo.kl_factor", 1, 100),     # beta is multiplied or divided by it
-    ]
+    Config = PPOKLConfig
     guarded_stats = (*PPO.guarded_stats, "kl_beta", "kl_penalty")
 
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,

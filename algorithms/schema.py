@@ -1,15 +1,26 @@
-"""The building blocks of the config schema: a rule per key (key, check, allowed-range text).
+"""The config schema: dataclasses whose fields are the keys, with each key's type and allowed range.
 
-Each algorithm declares the rules of its own algo.* keys beside its code (`config_rules`, a
-class attribute; a subclass adds to its parent's), and its checks that relate two keys
-(`check_config`). benchmarks/engine/validate.py applies them, with the rules of the keys every run
-has, before any environment exists; every failure is one line naming the key and the range.
+Each algorithm declares the schema of its own algo.* keys beside its code (`Config`, a class
+attribute: a dataclass; a variant's dataclass subclasses its parent's and adds its keys), and
+its checks that relate two keys (`check_config`). The keys every run has (seed, budget, eval,
+logging, the task) are declared in benchmarks/engine/validate.py the same way, which checks a
+composed config against them once, after interpolation, before any environment exists: every
+failure is one line naming the key and its range. An algorithm reads its keys as attributes of
+its Config, built once from the resolved config (`build`): typed, and without OmegaConf's cost
+of resolving an interpolation on every read in the hot loop.
+
+Why not Hydra's own schema mechanism (a dataclass in its ConfigStore): Hydra checks types while
+it composes, before interpolations resolve, and says so in several lines; this checks the values
+a run will use, one line each.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 
 def is_int(value) -> bool:
@@ -21,70 +32,130 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-# A rule: (key, check(value) -> bool, allowed-range text)
+@dataclass(frozen=True)
+class Check:
+    """What a key's value must be: a test, and the allowed range in words (for the one-line error)."""
+    test: Callable[[Any], bool]
+    allowed: str
+
+
+# A rule of the validator: (dotted key, test, allowed-range text), derived from a schema (rules_of_schema).
 Rule = tuple[str, Callable[[Any], bool], str]
 
 
-def positive_int(key: str, minimum: int = 1, maximum: int | None = None) -> Rule:
+def positive_int(minimum: int = 1, maximum: int | None = None) -> Check:
     if maximum is None:
-        return key, lambda v: is_int(v) and v >= minimum, f"an integer >= {minimum}"
-    return key, lambda v: is_int(v) and minimum <= v <= maximum, f"an integer in [{minimum}, {maximum}]"
+        return Check(lambda v: is_int(v) and v >= minimum, f"an integer >= {minimum}")
+    return Check(lambda v: is_int(v) and minimum <= v <= maximum, f"an integer in [{minimum}, {maximum}]")
 
 
-def positive_number(key: str) -> Rule:
-    return key, lambda v: is_number(v) and v > 0, "a number > 0"
+def positive_number() -> Check:
+    return Check(lambda v: is_number(v) and v > 0, "a number > 0")
 
 
-def non_negative_number(key: str) -> Rule:
-    return key, lambda v: is_number(v) and v >= 0, "a number >= 0"
+def non_negative_number() -> Check:
+    return Check(lambda v: is_number(v) and v >= 0, "a number >= 0")
 
 
-def unit_interval(key: str, low_open: bool = False) -> Rule:
+def unit_interval(low_open: bool = False) -> Check:
     text = "a number in (0, 1]" if low_open else "a number in [0, 1]"
-    return key, lambda v: is_number(v) and (v > 0 if low_open else v >= 0) and v <= 1, text
+    return Check(lambda v: is_number(v) and (v > 0 if low_open else v >= 0) and v <= 1, text)
 
 
-def number_between(key: str, low: float, high: float) -> Rule:
+def number_between(low: float, high: float) -> Check:
     """A number in the open interval (low, high)."""
-    return key, lambda v: is_number(v) and low < v < high, f"a number in ({low:g}, {high:g})"
+    return Check(lambda v: is_number(v) and low < v < high, f"a number in ({low:g}, {high:g})")
 
 
-def boolean(key: str) -> Rule:
-    return key, lambda v: isinstance(v, bool), "true or false"
+def boolean() -> Check:
+    return Check(lambda v: isinstance(v, bool), "true or false")
 
 
-def optional_positive_number(key: str) -> Rule:
-    return key, lambda v: v is None or (is_number(v) and v > 0), "null or a number > 0"
+def optional_positive_number() -> Check:
+    return Check(lambda v: v is None or (is_number(v) and v > 0), "null or a number > 0")
 
 
-def one_of(key: str, options) -> Rule:
-    return key, lambda v: v in options, "one of " + ", ".join(map(str, options))
+def one_of(options) -> Check:
+    return Check(lambda v: v in options, "one of " + ", ".join(map(str, options)))
 
 
-def name(key: str) -> Rule:
-    return key, lambda v: isinstance(v, str) and len(v) > 0 and "/" not in v, "a non-empty name without '/'"
+def name() -> Check:
+    return Check(lambda v: isinstance(v, str) and len(v) > 0 and "/" not in v, "a non-empty name without '/'")
 
 
-def number(key: str) -> Rule:
-    return key, is_number, "a number"
+def number() -> Check:
+    return Check(is_number, "a number")
 
 
-def optimizer_rules(prefix: str, lr_may_be_zero: bool) -> list[Rule]:
-    """An Outer-PPO optimizer block (conf/algo/outer_ppo*.yaml: inner_optimizer, outer_optimizer)."""
-    return [
-        one_of(f"{prefix}.type", ["sgd", "adam", "adamw"]),
-        non_negative_number(f"{prefix}.lr") if lr_may_be_zero else positive_number(f"{prefix}.lr"),
-        (f"{prefix}.momentum", lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
-        boolean(f"{prefix}.nesterov"),
-        (f"{prefix}.betas",
-         lambda v: isinstance(v, list) and len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
-         "a list of two numbers in [0, 1)"),
-        positive_number(f"{prefix}.eps"),
-        non_negative_number(f"{prefix}.weight_decay"),
-        # momentum/nesterov are SGD's (adam/adamw: betas[0] is the momentum): checked so
-        # that neither is ignored silently. (Nesterov with momentum 0 is plain SGD, allowed.)
-        (prefix, momentum_only_on_sgd, "momentum 0 and nesterov false unless type is sgd"),
-    ]
+def mapping_of_mappings(what: str) -> Check:
+    return Check(lambda v: isinstance(v, dict) and all(isinstance(block, dict) for block in v.values()), what)
+
+
+NOT_SET = object()
+
+
+def checked(check: Check, *, before: Any = NOT_SET):
+    """A schema field: the key's check; `before` is the value runs stored before the key existed used
+    (benchmarks/engine/trainer.py with_later_keys fills it into their configs)."""
+    metadata = {"check": check} if before is NOT_SET else {"check": check, "before": before}
+    return dataclasses.field(metadata=metadata)
+
+
+def block():
+    """A schema field holding a nested schema (the field's type, a dataclass): an optimizer, say."""
+    return dataclasses.field()
+
+
+def nested_schema(schema: type, field: dataclasses.Field) -> type | None:
+    """The dataclass a field holds, if it holds one."""
+    hint = typing.get_type_hints(schema)[field.name]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def rules_of_schema(schema: type, prefix: str) -> list[Rule]:
+    """Every rule of a schema dataclass, keys dotted under prefix, nested schemas included (with their
+    whole-block check, `block_check`, after their keys')."""
+    rules: list[Rule] = []
+    for field in dataclasses.fields(schema):
+        dotted = f"{prefix}.{field.name}" if prefix else field.name
+        inner = nested_schema(schema, field)
+        if inner is not None:
+            rules += rules_of_schema(inner, dotted)
+            block_check = getattr(inner, "block_check", None)
+            if block_check is not None:
+                rules.append((dotted, block_check.test, block_check.allowed))
+        else:
+            check = field.metadata["check"]
+            rules.append((dotted, check.test, check.allowed))
+    return rules
+
+
+def values_before(schema: type) -> dict[str, Any]:
+    """{key: the value runs used before it existed} for the schema's top-level keys that have one."""
+    return {field.name: field.metadata["before"] for field in dataclasses.fields(schema)
+            if "before" in field.metadata}
+
+
+def build(schema: type, values: dict):
+    """The schema's dataclass holding a resolved config's values (nested ones as their dataclasses).
+    Values are taken as they are: the validator has checked them."""
+    arguments = {}
+    for field in dataclasses.fields(schema):
+        if field.name not in values:
+            raise KeyError(f"the config lacks the key {field.name!r} of {schema.__name__}")
+        inner = nested_schema(schema, field)
+        arguments[field.name] = build(inner, values[field.name]) if inner is not None else values[field.name]
+    return schema(**arguments)
+
+
+def build_config(schema: type, cfg):
+    """An algo config (OmegaConf, resolved here once, or a dict) as its schema's dataclass."""
+    from omegaconf import DictConfig, OmegaConf
+
+    return build(schema, OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)
+
+
+# -- the optimizer blocks (conf/optimizer/: sgd, adam, adamw), Outer-PPO's inner and outer optimizers ----------
 
 
 def momentum_only_on_sgd(block) -> bool:
@@ -95,9 +166,28 @@ def momentum_only_on_sgd(block) -> bool:
     return block.get("momentum") == 0 and block.get("nesterov") is False
 
 
-def rules_of(algorithm_class) -> list[Rule]:
-    """Every rule of an algorithm class: its ancestors' config_rules first, then its own."""
-    rules: list[Rule] = []
-    for klass in reversed(algorithm_class.__mro__):
-        rules += klass.__dict__.get("config_rules", [])
-    return rules
+@dataclass
+class OptimizerConfig:
+    """An optimizer block. Every block has the same keys whatever its type (momentum and nesterov are
+    SGD's, betas and eps Adam's), so stored runs compare key by key."""
+    type: str = checked(one_of(["sgd", "adam", "adamw"]))
+    lr: float = checked(positive_number())
+    momentum: float = checked(Check(lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"))
+    nesterov: bool = checked(boolean())
+    betas: list[float] = checked(Check(
+        lambda v: isinstance(v, list) and len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
+        "a list of two numbers in [0, 1)"))
+    eps: float = checked(positive_number())
+    weight_decay: float = checked(non_negative_number())
+    # momentum/nesterov are SGD's (adam/adamw: betas[0] is the momentum): checked so that neither is
+    # ignored silently. (Nesterov with momentum 0 is plain SGD, allowed.)
+    block_check: ClassVar[Check | None] = Check(momentum_only_on_sgd,
+                                                "momentum 0 and nesterov false unless type is sgd")
+
+
+@dataclass
+class OuterOptimizerConfig(OptimizerConfig):
+    """Outer-PPO's outer step: its lr may be 0 (the behaviour parameters then never move: a diagnostic
+    setting and a test case, allowed on purpose), and its lr may follow PPO's schedule."""
+    lr: float = checked(non_negative_number())
+    anneal_lr: bool = checked(boolean())

@@ -19,14 +19,14 @@ from omegaconf import OmegaConf
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
 from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.trainer import Evaluator, read_checkpoint, task_kwargs, task_network
+from benchmarks.engine.trainer import Evaluator, read_checkpoint, task_kwargs, task_network, with_later_keys
 from benchmarks.runs import existing_file
 
 
 def load_agent(checkpoint_path: Path):
     """(algorithm, obs_normalizer, config) restored from a checkpoint."""
     checkpoint = read_checkpoint(checkpoint_path)
-    cfg = OmegaConf.create(checkpoint["config"])
+    cfg = OmegaConf.create(with_later_keys(checkpoint["config"]))  # a run stored before a key existed, as it ran
     probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False, env_kwargs=task_kwargs(cfg.env))
     obs_dim, action_dim, discrete, _ = space_dims(probe)
     probe.close()

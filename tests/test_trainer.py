@@ -126,8 +126,10 @@ def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_confi
 
     import algorithms
     from algorithms.interface import Algorithm
+    from algorithms.ppo import PPOConfig
 
     class LinearReinforce(Algorithm):
+        Config = PPOConfig  # it is built from the ppo preset, whose keys it declares (and ignores)
         guarded_stats = ("loss",)
 
         def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations):

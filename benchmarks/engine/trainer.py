@@ -104,19 +104,20 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
-# Algorithm keys added after runs were stored, with the value those earlier runs used.
-# inner_loop/inner_epochs: every Outer-PPO run before them used PPO's own inner loop.
-LATER_ALGO_KEYS = {"backend": "torch", "inner_loop": "ppo", "inner_epochs": 4}
-
-
 def with_later_keys(config: dict) -> dict:
     """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
-    with: the one place that knows what changed in the schema since runs were first stored, so that a stored
-    run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
-    A key added to the schema later gets its line here."""
-    config = dict(config)
-    config["algo"] = {**LATER_ALGO_KEYS, **config["algo"]}
-    config.setdefault("seeds", None)  # `seeds` (a batch, README "Many seeds") came later: one seed
+    with, as the schema declares it (`checked(..., before=...)` in the Config dataclasses), so that a stored run
+    compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
+    The algo keys any algorithm's schema declares are filled for every run, whatever its algorithm (both
+    sides of a comparison get them alike)."""
+    from algorithms import ALGORITHMS
+    from algorithms.schema import values_before
+    from benchmarks.engine.validate import RunConfig
+
+    later_algo_keys = {name: value for algorithm in ALGORITHMS.values()
+                       for name, value in values_before(algorithm.Config).items()}
+    config = {**values_before(RunConfig), **config}
+    config["algo"] = {**later_algo_keys, **config["algo"]}
     return config
 
 

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import ALGORITHMS
-from algorithms.ppo import PPO
-from algorithms.schema import (  # noqa: F401  (the rule builders, re-exported for tests and tools)
+from algorithms.ppo import PPOConfig
+from algorithms.schema import (  # noqa: F401  (the check builders, re-exported for tests and tools)
+    Check,
     Rule,
+    block,
     boolean,
     is_int,
     is_number,
-    name,
+    checked,
+    mapping_of_mappings,
     non_negative_number,
     number,
     one_of,
     positive_int,
     positive_number,
-    rules_of,
+    rules_of_schema,
 )
+from algorithms.schema import name as valid_name
 
 
 def seed_dir(seed, seeds) -> str:
@@ -43,84 +48,123 @@ class ConfigError(ValueError):
 
 MAX_SEED = 2**32 - 1  # numpy's and Gymnasium's seed range
 
-COMMON_RULES: list[Rule] = [
-    positive_int("seed", minimum=0, maximum=MAX_SEED),
-    ("seeds", lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
-                                      and all(is_int(s) and 0 <= s <= MAX_SEED for s in v)),
-     f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch"),
-    boolean("restart"),
-    positive_int("total_steps"),
-    one_of("device", ["cpu"]),
-    positive_int("torch_threads"),
-    positive_int("eval.every_steps"),
-    positive_int("eval.episodes", maximum=10_000),
-    boolean("eval.at_start"),
-    boolean("logging.tensorboard"),
-    boolean("logging.progress_bar"),
-    boolean("logging.checkpoint"),
-    positive_int("logging.checkpoint_every_steps"),
-    name("env.name"),
-    one_of("env.family", ["classic", "classic_continuous", "mujoco", "rlhf"]),
-    ("env.id", lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"),
-    positive_int("env.total_steps"),
-    positive_int("env.eval_every_steps"),
-    positive_int("env.eval_episodes"),
-    number("env.random_score"),
-    ("env.reference_score", lambda v: v is None or is_number(v), "null (left out of normalised scores) or a number"),
-    positive_int("env.num_envs"),
-    positive_int("env.num_steps"),
-    boolean("env.normalize_obs"),
-    boolean("env.scale_reward"),
-    positive_number("env.obs_clip"),
-    positive_number("env.reward_clip"),
-    # env.tuned (conf/tuned/<family>.yaml or a conf/tuning round): each preset's values; each is range-checked where its preset reads it (algo.*).
-    ("env.tuned", lambda v: isinstance(v, dict) and all(isinstance(block, dict) for block in v.values()),
-     "a mapping: preset name -> its tuned values"),
-]
+
+@dataclass
+class EvalConfig:
+    every_steps: int = checked(positive_int())
+    episodes: int = checked(positive_int(maximum=10_000))
+    at_start: bool = checked(boolean())
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = checked(boolean())
+    progress_bar: bool = checked(boolean())
+    checkpoint: bool = checked(boolean())
+    checkpoint_every_steps: int = checked(positive_int())
+
+
+@dataclass
+class EnvConfig:
+    """env.* (conf/env/<task>.yaml over conf/env_family/<family>.yaml)."""
+    name: str = checked(valid_name())
+    family: str = checked(one_of(["classic", "classic_continuous", "mujoco", "rlhf"]))
+    id: str = checked(Check(lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"))
+    total_steps: int = checked(positive_int())
+    eval_every_steps: int = checked(positive_int())
+    eval_episodes: int = checked(positive_int())
+    random_score: float = checked(number())
+    reference_score: float | None = checked(Check(lambda v: v is None or is_number(v),
+                                              "null (left out of normalised scores) or a number"))
+    num_envs: int = checked(positive_int())
+    num_steps: int = checked(positive_int())
+    normalize_obs: bool = checked(boolean())
+    scale_reward: bool = checked(boolean())
+    obs_clip: float = checked(positive_number())
+    reward_clip: float = checked(positive_number())
+    # each preset's values (conf/tuned/<family>.yaml or a conf/tuning round); each is range-checked where its
+    # preset reads it (algo.*)
+    tuned: dict = checked(mapping_of_mappings("a mapping: preset name -> its tuned values"))
+
 
 TOKEN_TASKS = ("arithmetic", "praise")  # benchmarks/rlhf/tasks.py (named here: no transformers import to validate)
 
-# The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
-# penalty to the reference model. Allowed in that family only.
-TOKEN_TASK_RULES: list[Rule] = [
-    one_of("env.backend", ["torch"]),
-    one_of("env.network.kind", ["causal_lm"]),
-    ("env.network.init_from", lambda v: isinstance(v, str) and (v.removeprefix("rlhf/") in TOKEN_TASKS if
-                                                                 v.startswith("rlhf/") else Path(v).is_dir()),
-     f"rlhf/<task> (the task's cached reference model; tasks: {', '.join(TOKEN_TASKS)}) or an existing model directory"),
-    positive_number("env.network.temperature"),
-    one_of("env.kwargs.reward", ["model", "judge"]),
-    positive_number("env.kwargs.temperature"),
-    ("env.kwargs.missing_eos_penalty", lambda v: v is None or (is_number(v) and v >= 0),
-     "null (no penalty) or a number >= 0"),
-    non_negative_number("env.kl_penalty.coef"),
-    boolean("env.kl_penalty.adaptive"),
-    positive_number("env.kl_penalty.target"),
-    positive_number("env.kl_penalty.horizon"),
-    boolean("env.whiten_rewards"),
-]
+
+@dataclass
+class TokenPolicyConfig:
+    kind: str = checked(one_of(["causal_lm"]))
+    init_from: str = checked(Check(
+        lambda v: isinstance(v, str) and (v.removeprefix("rlhf/") in TOKEN_TASKS if v.startswith("rlhf/")
+                                          else Path(v).is_dir()),
+        f"rlhf/<task> (the task's cached reference model; tasks: {', '.join(TOKEN_TASKS)}) or an existing model "
+        f"directory"))
+    temperature: float = checked(positive_number())
+
+
+@dataclass
+class TokenTaskArguments:
+    reward: str = checked(one_of(["model", "judge"]))
+    temperature: float = checked(positive_number())
+    missing_eos_penalty: float | None = checked(Check(lambda v: v is None or (is_number(v) and v >= 0),
+                                                  "null (no penalty) or a number >= 0"))
+
+
+@dataclass
+class KLPenaltyConfig:
+    coef: float = checked(non_negative_number())
+    adaptive: bool = checked(boolean())
+    target: float = checked(positive_number())
+    horizon: float = checked(positive_number())
+
+
+@dataclass
+class TokenTaskEnvConfig(EnvConfig):
+    """The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
+    penalty to the reference model. Allowed in that family only."""
+    backend: str = checked(one_of(["torch"]))
+    network: TokenPolicyConfig = block()
+    kwargs: TokenTaskArguments = block()
+    kl_penalty: KLPenaltyConfig = block()
+    whiten_rewards: bool = checked(boolean())
+
+
+@dataclass
+class RunConfig:
+    """The keys every run has (conf/config.yaml); algo.* is its algorithm's Config, env.* its family's."""
+    seed: int = checked(positive_int(minimum=0, maximum=MAX_SEED))
+    seeds: list[int] | None = checked(Check(
+        lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
+                                and all(is_int(s) and 0 <= s <= MAX_SEED for s in v)),
+        f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch"),
+        before=None)
+    restart: bool = checked(boolean())
+    total_steps: int = checked(positive_int())
+    device: str = checked(one_of(["cpu"]))
+    torch_threads: int = checked(positive_int())
+    eval: EvalConfig = block()
+    logging: LoggingConfig = block()
+
 
 # env.hparams: the task family's PPO defaults, which the algo presets interpolate
 # (algo.lr: ${env.hparams.lr}); any subset of these keys, each in its algo.* range.
 ENV_HPARAM_RULES: dict[str, Rule] = {
-    key.removeprefix("algo."): (key.replace("algo.", "env.hparams.", 1), check, allowed)
-    for key, check, allowed in PPO.config_rules
-    if key in ("algo.lr", "algo.gamma", "algo.gae_lambda", "algo.update_epochs", "algo.num_minibatches",
-               "algo.ent_coef", "algo.vf_coef", "algo.clip_coef", "algo.max_grad_norm")
+    key_name.removeprefix("algo."): (key_name.replace("algo.", "env.hparams.", 1), check, allowed)
+    for key_name, check, allowed in rules_of_schema(PPOConfig, "algo")
+    if key_name in ("algo.lr", "algo.gamma", "algo.gae_lambda", "algo.update_epochs", "algo.num_minibatches",
+                    "algo.ent_coef", "algo.vf_coef", "algo.clip_coef", "algo.max_grad_norm")
 }
 
 
 def algorithm_rules(kind: str) -> list[Rule]:
-    """The rules of algo.* for one algorithm kind (the `algorithm` key of a preset), from its class."""
-    return rules_of(ALGORITHMS[kind])
+    """The rules of algo.* for one algorithm kind (the `algorithm` key of a preset), from its Config."""
+    return rules_of_schema(ALGORITHMS[kind].Config, "algo")
 
 
 def config_rules(data: dict) -> list[Rule]:
-    """Every rule a resolved config is checked against: the common ones, its algorithm's, its task family's."""
-    rules = COMMON_RULES + algorithm_rules(data["algo"]["algorithm"])
-    if data.get("env", {}).get("family") == "rlhf":
-        rules = rules + TOKEN_TASK_RULES
-    return rules
+    """Every rule a resolved config is checked against: the run's, its algorithm's, its task family's."""
+    token_task = data.get("env", {}).get("family") == "rlhf"
+    return (rules_of_schema(RunConfig, "") + rules_of_schema(TokenTaskEnvConfig if token_task else EnvConfig, "env")
+            + algorithm_rules(data["algo"]["algorithm"]))
 
 
 def get_dotted(container: dict, dotted: str):
