@@ -35,11 +35,11 @@ from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
 from algorithms.schema import (
     OptimizerConfig,
     OuterOptimizerConfig,
-    block,
     checked,
     non_negative_number,
     one_of,
     positive_int,
+    subschema,
 )
 
 
@@ -82,9 +82,10 @@ def kl_after_before(log_prob_before: torch.Tensor, log_prob_after: torch.Tensor)
 class OuterPPOConfig(PPOConfig):
     """algo.* of the Outer-PPO presets (conf/algo/outer_ppo*.yaml), beyond PPO's."""
     inner_loop: str = checked(one_of(["ppo", "full_batch"]), before="ppo")  # earlier runs: PPO's own inner loop
+    # full_batch's steps; unused by the ppo inner loop of the runs before it, which compare equal at the presets' 4
     inner_epochs: int = checked(positive_int(), before=4)
-    inner_optimizer: OptimizerConfig = block()
-    outer_optimizer: OuterOptimizerConfig = block()
+    inner_optimizer: OptimizerConfig = subschema()
+    outer_optimizer: OuterOptimizerConfig = subschema()
     bias_coef: float = checked(non_negative_number())
     apply_to: str = checked(one_of(["all", "actor"]))
 

@@ -33,19 +33,18 @@ from algorithms.core import (
 from algorithms.interface import Algorithm
 from algorithms.numpy_backend import NumpyActorCritic
 from algorithms.schema import (
-    Check,
     boolean,
     build_config,
-    is_int,
     checked,
     non_negative_number,
     one_of,
     optional_positive_number,
     positive_int,
+    positive_int_list,
     positive_number,
     unit_interval,
+    valid_name,
 )
-from algorithms.schema import name as valid_name
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
 # What the minibatch loss reads of each sample; the epoch loop shuffles these keys only (HP3O's batches
@@ -73,9 +72,7 @@ class PPOConfig:
     """algo.* of PPO (conf/algo/ppo.yaml); a variant's Config subclasses it with its own keys."""
     name: str = checked(valid_name())
     algorithm: str = checked(valid_name())
-    hidden_sizes: list[int] = checked(Check(lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(x) and x > 0
-                                                                                             for x in v),
-                                        "a non-empty list of positive integers"))
+    hidden_sizes: list[int] = checked(positive_int_list())
     lr: float = checked(positive_number())
     anneal_lr: bool = checked(boolean())
     adam_eps: float = checked(positive_number())
@@ -114,7 +111,7 @@ class PPO(Algorithm):
                  network: dict | None = None):
         self.cfg = build_config(self.Config, cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
-        self.policy = make_policy(obs_dim, action_dim, discrete, tuple(cfg.hidden_sizes), network)
+        self.policy = make_policy(obs_dim, action_dim, discrete, tuple(self.cfg.hidden_sizes), network)
         # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
         # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
         if self.cfg.backend == "numpy" and not self.runs_on_numpy_backend():

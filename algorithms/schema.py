@@ -9,6 +9,9 @@ failure is one line naming the key and its range. An algorithm reads its keys as
 its Config, built once from the resolved config (`build`): typed, and without OmegaConf's cost
 of resolving an interpolation on every read in the hot loop.
 
+A nested schema (an optimizer block) may declare a check of the whole block, `block_check`, a class
+variable that rules_of_schema adds after the block's keys.
+
 Why not Hydra's own schema mechanism (a dataclass in its ConfigStore): Hydra checks types while
 it composes, before interpolations resolve, and says so in several lines; this checks the values
 a run will use, one line each.
@@ -17,6 +20,7 @@ a run will use, one line each.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass
@@ -79,12 +83,17 @@ def one_of(options) -> Check:
     return Check(lambda v: v in options, "one of " + ", ".join(map(str, options)))
 
 
-def name() -> Check:
+def valid_name() -> Check:
     return Check(lambda v: isinstance(v, str) and len(v) > 0 and "/" not in v, "a non-empty name without '/'")
 
 
 def number() -> Check:
     return Check(is_number, "a number")
+
+
+def positive_int_list() -> Check:
+    return Check(lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(x) and x > 0 for x in v),
+                 "a non-empty list of positive integers")
 
 
 def mapping_of_mappings(what: str) -> Check:
@@ -95,20 +104,26 @@ NOT_SET = object()
 
 
 def checked(check: Check, *, before: Any = NOT_SET):
-    """A schema field: the key's check; `before` is the value runs stored before the key existed used
-    (benchmarks/engine/trainer.py with_later_keys fills it into their configs)."""
+    """A schema field: the key's check, and for a key added after runs were stored, `before`: the value
+    it had, in effect, in those runs (benchmarks/engine/trainer.py with_later_keys fills it into their
+    configs, so that they compare key by key with today's and retrain as they ran)."""
     metadata = {"check": check} if before is NOT_SET else {"check": check, "before": before}
     return dataclasses.field(metadata=metadata)
 
 
-def block():
+def subschema():
     """A schema field holding a nested schema (the field's type, a dataclass): an optimizer, say."""
     return dataclasses.field()
 
 
+@functools.cache
+def type_hints(schema: type) -> dict[str, Any]:
+    return typing.get_type_hints(schema)
+
+
 def nested_schema(schema: type, field: dataclasses.Field) -> type | None:
     """The dataclass a field holds, if it holds one."""
-    hint = typing.get_type_hints(schema)[field.name]
+    hint = type_hints(schema)[field.name]
     return hint if dataclasses.is_dataclass(hint) else None
 
 
@@ -131,9 +146,28 @@ def rules_of_schema(schema: type, prefix: str) -> list[Rule]:
 
 
 def values_before(schema: type) -> dict[str, Any]:
-    """{key: the value runs used before it existed} for the schema's top-level keys that have one."""
-    return {field.name: field.metadata["before"] for field in dataclasses.fields(schema)
-            if "before" in field.metadata}
+    """{key: the value runs used before it existed} for every key of the schema that declares one, nested
+    schemas as nested mappings (a block with none is left out)."""
+    values = {}
+    for field in dataclasses.fields(schema):
+        inner = nested_schema(schema, field)
+        if inner is not None:
+            if inner_values := values_before(inner):
+                values[field.name] = inner_values
+        elif "before" in field.metadata:
+            values[field.name] = field.metadata["before"]
+    return values
+
+
+def fill_missing(config: dict, values: dict) -> dict:
+    """config with each of `values`' keys it lacks (nested mappings merged key by key), as a new mapping."""
+    filled = dict(config)
+    for name, value in values.items():
+        if isinstance(value, dict) and isinstance(filled.get(name), dict):
+            filled[name] = fill_missing(filled[name], value)
+        elif name not in filled:
+            filled[name] = value
+    return filled
 
 
 def build(schema: type, values: dict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -12,6 +14,7 @@ from benchmarks.engine.validate import (
     leaf_keys,
     validate_config,
 )
+from algorithms.schema import checked, one_of, positive_int, subschema
 from tests.conftest import ROOT
 
 ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
@@ -82,6 +85,9 @@ BAD_CONFIGS = [
                                "(keys of algo: adam_eps, algorithm, anneal_lr, backend, clip_coef,"),
     (["+foo=1"], "foo is not a key of this config"),
     (["algo=ppo", "+algo.outer_optimizer.lr=0.1"], "algo.outer_optimizer.lr is not a key of this config"),
+    (["algo=outer_ppo", "+algo.outer_optimizer.lrr=0.1"],  # inside a block with a check of its own
+     "algo.outer_optimizer.lrr is not a key of this config: a typo, or a key of another algorithm (keys of "
+     "algo.outer_optimizer: anneal_lr, betas, eps, lr, momentum, nesterov, type, weight_decay)"),
 ]
 
 
@@ -146,3 +152,42 @@ def test_a_preset_that_forgets_an_optimizers_lr_gets_one_line(make_config):
     cfg.algo.outer_optimizer.lr = "???"  # the group's lr is mandatory: a preset must set it
     with pytest.raises(ConfigError, match=r"^algo.outer_optimizer.lr must be a number >= 0, got '\?\?\?'$"):
         validate_config(cfg)
+
+
+def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ran_with():
+    import dataclasses
+
+    from algorithms import ALGORITHMS
+    from algorithms.ppo import PPOConfig
+    from benchmarks.engine.trainer import with_later_keys
+
+    for kind, algorithm in ALGORITHMS.items():
+        assert dataclasses.is_dataclass(algorithm.Config) and issubclass(algorithm.Config, PPOConfig), kind
+    # a run stored before algo.backend, Outer-PPO's inner loop and batches existed ran torch, PPO's loop, one seed
+    stored = {"seed": 3, "env": {"name": "CartPole"}, "algo": {"name": "outer_ppo_lr", "lr": 1e-3}}
+    assert with_later_keys(stored) == {"seed": 3, "seeds": None, "env": {"name": "CartPole"},
+                                       "algo": {"name": "outer_ppo_lr", "lr": 1e-3, "backend": "torch",
+                                                "inner_loop": "ppo", "inner_epochs": 4}}
+    newer = {"seed": 3, "seeds": [3, 4], "env": {"name": "CartPole"}, "algo": {"backend": "numpy"}}
+    assert with_later_keys(newer)["seeds"] == [3, 4] and with_later_keys(newer)["algo"]["backend"] == "numpy"
+
+
+@dataclasses.dataclass
+class _Block:
+    old: int = checked(positive_int())
+    added: int = checked(positive_int(), before=7)
+
+
+@dataclasses.dataclass
+class _Schema:
+    top: str = checked(one_of(["a", "b"]), before="a")
+    inner: _Block = subschema()
+
+
+def test_a_key_added_inside_a_block_is_filled_too():
+    from algorithms.schema import fill_missing, values_before
+
+    assert values_before(_Schema) == {"top": "a", "inner": {"added": 7}}
+    assert fill_missing({"inner": {"old": 1}}, values_before(_Schema)) == {"inner": {"old": 1, "added": 7}, "top": "a"}
+    assert fill_missing({"top": "b", "inner": {"old": 1, "added": 2}}, values_before(_Schema)) == \
+        {"top": "b", "inner": {"old": 1, "added": 2}}

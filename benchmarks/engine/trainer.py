@@ -106,19 +106,23 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 def with_later_keys(config: dict) -> dict:
     """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
-    with, as the schema declares it (`checked(..., before=...)` in the Config dataclasses), so that a stored run
-    compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
+    with, as the schema declares it (`checked(..., before=...)` in the Config dataclasses), so that a stored
+    run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
     The algo keys any algorithm's schema declares are filled for every run, whatever its algorithm (both
     sides of a comparison get them alike)."""
+    # imported here: validate imports the algorithms, which this module's importers may still be loading
     from algorithms import ALGORITHMS
-    from algorithms.schema import values_before
-    from benchmarks.engine.validate import RunConfig
+    from algorithms.schema import fill_missing, values_before
+    from benchmarks.engine.validate import RunConfig, TokenTaskEnvConfig
 
-    later_algo_keys = {name: value for algorithm in ALGORITHMS.values()
-                       for name, value in values_before(algorithm.Config).items()}
-    config = {**values_before(RunConfig), **config}
-    config["algo"] = {**later_algo_keys, **config["algo"]}
-    return config
+    later_algo_keys: dict = {}
+    for algorithm in ALGORITHMS.values():
+        for name, value in values_before(algorithm.Config).items():
+            assert later_algo_keys.get(name, value) == value, f"two schemas say algo.{name} was {value} and " \
+                                                              f"{later_algo_keys[name]} before it existed"
+            later_algo_keys[name] = value
+    later = {**values_before(RunConfig), "env": values_before(TokenTaskEnvConfig), "algo": later_algo_keys}
+    return fill_missing(config, {name: value for name, value in later.items() if value != {}})
 
 
 def task_kwargs(env_cfg) -> dict | None:

@@ -9,14 +9,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from algorithms import ALGORITHMS
 from algorithms.ppo import PPOConfig
-from algorithms.schema import (  # noqa: F401  (the check builders, re-exported for tests and tools)
+from algorithms.schema import (
     Check,
     Rule,
-    block,
     boolean,
+    checked,
     is_int,
     is_number,
-    checked,
     mapping_of_mappings,
     non_negative_number,
     number,
@@ -24,8 +23,9 @@ from algorithms.schema import (  # noqa: F401  (the check builders, re-exported 
     positive_int,
     positive_number,
     rules_of_schema,
+    subschema,
+    valid_name,
 )
-from algorithms.schema import name as valid_name
 
 
 def seed_dir(seed, seeds) -> str:
@@ -122,9 +122,9 @@ class TokenTaskEnvConfig(EnvConfig):
     """The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
     penalty to the reference model. Allowed in that family only."""
     backend: str = checked(one_of(["torch"]))
-    network: TokenPolicyConfig = block()
-    kwargs: TokenTaskArguments = block()
-    kl_penalty: KLPenaltyConfig = block()
+    network: TokenPolicyConfig = subschema()
+    kwargs: TokenTaskArguments = subschema()
+    kl_penalty: KLPenaltyConfig = subschema()
     whiten_rewards: bool = checked(boolean())
 
 
@@ -141,16 +141,16 @@ class RunConfig:
     total_steps: int = checked(positive_int())
     device: str = checked(one_of(["cpu"]))
     torch_threads: int = checked(positive_int())
-    eval: EvalConfig = block()
-    logging: LoggingConfig = block()
+    eval: EvalConfig = subschema()
+    logging: LoggingConfig = subschema()
 
 
 # env.hparams: the task family's PPO defaults, which the algo presets interpolate
 # (algo.lr: ${env.hparams.lr}); any subset of these keys, each in its algo.* range.
 ENV_HPARAM_RULES: dict[str, Rule] = {
-    key_name.removeprefix("algo."): (key_name.replace("algo.", "env.hparams.", 1), check, allowed)
-    for key_name, check, allowed in rules_of_schema(PPOConfig, "algo")
-    if key_name in ("algo.lr", "algo.gamma", "algo.gae_lambda", "algo.update_epochs", "algo.num_minibatches",
+    key.removeprefix("algo."): (key.replace("algo.", "env.hparams.", 1), check, allowed)
+    for key, check, allowed in rules_of_schema(PPOConfig, "algo")
+    if key in ("algo.lr", "algo.gamma", "algo.gae_lambda", "algo.update_epochs", "algo.num_minibatches",
                     "algo.ent_coef", "algo.vf_coef", "algo.clip_coef", "algo.max_grad_norm")
 }
 
@@ -233,7 +233,10 @@ def leaf_keys(node: dict, prefix: str = ""):
 def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
     """A key no rule knows is a typo (`+algo.clip_coeff=0.1`) or belongs to no algorithm here: refused,
     never silently ignored. env.hparams.* and env.tuned.* are checked where they are read."""
-    known = {key for key, _, _ in rules} | {"algo.algorithm", "env.hparams"} | HELPER_KEYS
+    ruled = {key for key, _, _ in rules}
+    # a block's own check (an optimizer's) names the block: its keys are known one by one, not by the prefix
+    blocks = {key for key in ruled if any(other.startswith(key + ".") for other in ruled)}
+    known = (ruled - blocks) | {"env.hparams"} | HELPER_KEYS
     errors = []
     for key in leaf_keys(data):
         if not any(key == k or key.startswith(k + ".") for k in known):
