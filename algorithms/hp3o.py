@@ -50,7 +50,7 @@ import torch
 
 from algorithms.core import Rollout, compute_gae
 from algorithms.ppo import PPO, Batch, PPOConfig
-from algorithms.schema import boolean, checked, positive_int, positive_number
+from algorithms.schema import Flag, PositiveFloat, PositiveInt
 
 # Per-step fields an unfinished episode accumulates between update() calls.
 STEP_FIELDS = ("obs", "actions", "rewards", "raw_rewards", "log_probs", "values", "collected_at")
@@ -173,13 +173,13 @@ def trajectory_gae(rewards: list[torch.Tensor], values: list[torch.Tensor], boot
 @dataclass
 class HP3OConfig(PPOConfig):
     """algo.* of HP3O and HP3O+ (conf/algo/hp3o*.yaml), beyond PPO's."""
-    buffer_size: int = checked(positive_int())
-    trajectories_per_batch: int = checked(positive_int())
-    steps_per_batch: int = checked(positive_int())
-    minibatch_size: int = checked(positive_int())
-    recompute_advantages: bool = checked(boolean())
-    best_baseline: bool = checked(boolean())
-    baseline_distance_threshold: float = checked(positive_number())
+    buffer_size: PositiveInt
+    trajectories_per_batch: PositiveInt
+    steps_per_batch: PositiveInt
+    minibatch_size: PositiveInt
+    recompute_advantages: Flag
+    best_baseline: Flag
+    baseline_distance_threshold: PositiveFloat
 
 
 class HP3O(PPO):

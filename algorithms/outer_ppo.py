@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 from torch import nn
@@ -33,13 +34,12 @@ from torch import nn
 from algorithms.core import Rollout, clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
 from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
 from algorithms.schema import (
+    Before,
+    NonNegativeFloat,
     OptimizerConfig,
     OuterOptimizerConfig,
-    checked,
-    non_negative_number,
     one_of,
     positive_int,
-    subschema,
 )
 
 
@@ -81,13 +81,13 @@ def kl_after_before(log_prob_before: torch.Tensor, log_prob_after: torch.Tensor)
 @dataclass
 class OuterPPOConfig(PPOConfig):
     """algo.* of the Outer-PPO presets (conf/algo/outer_ppo*.yaml), beyond PPO's."""
-    inner_loop: str = checked(one_of(["ppo", "full_batch"]), before="ppo")  # earlier runs: PPO's own inner loop
+    inner_loop: Annotated[str, one_of(["ppo", "full_batch"]), Before("ppo")]  # earlier runs: PPO's own inner loop
     # full_batch's steps; unused by the ppo inner loop of the runs before it, which compare equal at the presets' 4
-    inner_epochs: int = checked(positive_int(), before=4)
-    inner_optimizer: OptimizerConfig = subschema()
-    outer_optimizer: OuterOptimizerConfig = subschema()
-    bias_coef: float = checked(non_negative_number())
-    apply_to: str = checked(one_of(["all", "actor"]))
+    inner_epochs: Annotated[int, positive_int(), Before(4)]
+    inner_optimizer: OptimizerConfig
+    outer_optimizer: OuterOptimizerConfig
+    bias_coef: NonNegativeFloat
+    apply_to: Annotated[str, one_of(["all", "actor"])]
 
 
 class OuterPPO(PPO):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import torch
 from torch import nn
@@ -33,17 +33,17 @@ from algorithms.core import (
 from algorithms.interface import Algorithm
 from algorithms.numpy_backend import NumpyActorCritic
 from algorithms.schema import (
-    boolean,
+    Before,
+    Flag,
+    Name,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
     build_config,
-    checked,
-    non_negative_number,
     one_of,
     optional_positive_number,
-    positive_int,
     positive_int_list,
-    positive_number,
     unit_interval,
-    valid_name,
 )
 
 Batch = dict[str, torch.Tensor]  # flat samples: obs, actions, log_probs, values, advantages, returns
@@ -70,24 +70,24 @@ LOSS_METHODS = ("minibatch_step", "evaluate_minibatch", "loss_terms", "policy_te
 @dataclass
 class PPOConfig:
     """algo.* of PPO (conf/algo/ppo.yaml); a variant's Config subclasses it with its own keys."""
-    name: str = checked(valid_name())
-    algorithm: str = checked(valid_name())
-    hidden_sizes: list[int] = checked(positive_int_list())
-    lr: float = checked(positive_number())
-    anneal_lr: bool = checked(boolean())
-    adam_eps: float = checked(positive_number())
-    gamma: float = checked(unit_interval(low_open=True))
-    gae_lambda: float = checked(unit_interval())
-    update_epochs: int = checked(positive_int())
-    num_minibatches: int = checked(positive_int())
-    clip_coef: float = checked(positive_number())
-    clip_vloss: bool = checked(boolean())
-    norm_adv: bool = checked(boolean())
-    ent_coef: float = checked(non_negative_number())
-    vf_coef: float = checked(non_negative_number())
-    max_grad_norm: float = checked(positive_number())
-    target_kl: float | None = checked(optional_positive_number())
-    backend: str = checked(one_of(["torch", "numpy"]), before="torch")  # runs before the numpy backend: torch
+    name: Name
+    algorithm: Name
+    hidden_sizes: Annotated[list[int], positive_int_list()]
+    lr: PositiveFloat
+    anneal_lr: Flag
+    adam_eps: PositiveFloat
+    gamma: Annotated[float, unit_interval(low_open=True)]
+    gae_lambda: Annotated[float, unit_interval()]
+    update_epochs: PositiveInt
+    num_minibatches: PositiveInt
+    clip_coef: PositiveFloat
+    clip_vloss: Flag
+    norm_adv: Flag
+    ent_coef: NonNegativeFloat
+    vf_coef: NonNegativeFloat
+    max_grad_norm: PositiveFloat
+    target_kl: Annotated[float | None, optional_positive_number()]
+    backend: Annotated[str, one_of(["torch", "numpy"]), Before("torch")]  # runs before the numpy backend: torch
 
 
 class PPO(Algorithm):

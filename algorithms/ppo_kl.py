@@ -27,20 +27,21 @@ Choices made here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from algorithms.ppo import PPO, Batch, Evaluation, PPOConfig
-from algorithms.schema import checked, number_between, positive_number
+from algorithms.schema import PositiveFloat, number_between
 
 
 @dataclass
 class PPOKLConfig(PPOConfig):
     """algo.* of ppo_kl (conf/algo/ppo_kl.yaml), beyond PPO's."""
-    kl_target: float = checked(positive_number())          # d_targ; the paper tries 0.003, 0.01, 0.03
-    kl_beta_init: float = checked(positive_number())       # beta before the first update
-    kl_tolerance: float = checked(number_between(1, 100))  # adapt when d leaves [target / tol, target * tol]
-    kl_factor: float = checked(number_between(1, 100))     # beta is multiplied or divided by it
+    kl_target: PositiveFloat                                # d_targ; the paper tries 0.003, 0.01, 0.03
+    kl_beta_init: PositiveFloat                             # beta before the first update
+    kl_tolerance: Annotated[float, number_between(1, 100)]  # adapt when d leaves [target / tol, target * tol]
+    kl_factor: Annotated[float, number_between(1, 100)]     # beta is multiplied or divided by it
 
 
 class PPOKL(PPO):

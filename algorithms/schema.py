@@ -1,4 +1,4 @@
-"""The config schema: dataclasses whose fields are the keys, with each key's type and allowed range.
+"""The config schema: dataclasses whose fields are the keys, each annotated with its type and allowed range.
 
 Each algorithm declares the schema of its own algo.* keys beside its code (`Config`, a class
 attribute: a dataclass; a variant's dataclass subclasses its parent's and adds its keys), and
@@ -8,6 +8,11 @@ composed config against them once, after interpolation, before any environment e
 failure is one line naming the key and its range. An algorithm reads its keys as attributes of
 its Config, built once from the resolved config (`build`): typed, and without OmegaConf's cost
 of resolving an interpolation on every read in the hot loop.
+
+A key's annotation carries its check: `lr: PositiveFloat` (an alias below, `Annotated[float,
+positive_number()]`), or `apply_to: Annotated[str, one_of(["all", "actor"])]` written out; a key added
+after runs were stored adds `Before(<the value it had, in effect, in those runs>)`. A field whose type is
+a dataclass is a nested schema.
 
 A nested schema (an optimizer block) may declare a check of the whole block, `block_check`, a class
 variable that rules_of_schema adds after the block's keys.
@@ -24,7 +29,7 @@ import functools
 import math
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Annotated, Any, Callable, ClassVar
 
 
 def is_int(value) -> bool:
@@ -100,31 +105,49 @@ def mapping_of_mappings(what: str) -> Check:
     return Check(lambda v: isinstance(v, dict) and all(isinstance(block, dict) for block in v.values()), what)
 
 
-NOT_SET = object()
+@dataclass(frozen=True)
+class Before:
+    """In a key's annotation: the key was added after runs were stored, and `value` is what it had, in effect,
+    in those runs (benchmarks/engine/trainer.py with_later_keys fills it into their configs, so that they
+    compare key by key with today's and retrain as they ran)."""
+    value: Any
 
 
-def checked(check: Check, *, before: Any = NOT_SET):
-    """A schema field: the key's check, and for a key added after runs were stored, `before`: the value
-    it had, in effect, in those runs (benchmarks/engine/trainer.py with_later_keys fills it into their
-    configs, so that they compare key by key with today's and retrain as they ran)."""
-    metadata = {"check": check} if before is NOT_SET else {"check": check, "before": before}
-    return dataclasses.field(metadata=metadata)
-
-
-def subschema():
-    """A schema field holding a nested schema (the field's type, a dataclass): an optimizer, say."""
-    return dataclasses.field()
+# The checks most keys share, as types: `update_epochs: PositiveInt`.
+PositiveInt = Annotated[int, positive_int()]
+PositiveFloat = Annotated[float, positive_number()]
+NonNegativeFloat = Annotated[float, non_negative_number()]
+Flag = Annotated[bool, boolean()]
+Name = Annotated[str, valid_name()]
 
 
 @functools.cache
 def type_hints(schema: type) -> dict[str, Any]:
-    return typing.get_type_hints(schema)
+    return typing.get_type_hints(schema, include_extras=True)
 
 
 def nested_schema(schema: type, field: dataclasses.Field) -> type | None:
     """The dataclass a field holds, if it holds one."""
     hint = type_hints(schema)[field.name]
     return hint if dataclasses.is_dataclass(hint) else None
+
+
+def annotations_of(schema: type, field: dataclasses.Field) -> tuple:
+    """What a key's annotation carries beside its type: its Check, and Before where it has one."""
+    hint = type_hints(schema)[field.name]
+    extras = getattr(hint, "__metadata__", ())
+    if not any(isinstance(extra, Check) for extra in extras):
+        raise TypeError(f"{schema.__name__}.{field.name}: a schema key is annotated with its check "
+                        f"(Annotated[type, Check]) or is a nested schema (a dataclass), got {hint!r}")
+    return extras
+
+
+def check_of(schema: type, field: dataclasses.Field) -> Check:
+    return next(extra for extra in annotations_of(schema, field) if isinstance(extra, Check))
+
+
+def before_of(schema: type, field: dataclasses.Field) -> Before | None:
+    return next((extra for extra in annotations_of(schema, field) if isinstance(extra, Before)), None)
 
 
 def rules_of_schema(schema: type, prefix: str) -> list[Rule]:
@@ -140,7 +163,7 @@ def rules_of_schema(schema: type, prefix: str) -> list[Rule]:
             if block_check is not None:
                 rules.append((dotted, block_check.test, block_check.allowed))
         else:
-            check = field.metadata["check"]
+            check = check_of(schema, field)
             rules.append((dotted, check.test, check.allowed))
     return rules
 
@@ -154,8 +177,8 @@ def values_before(schema: type) -> dict[str, Any]:
         if inner is not None:
             if inner_values := values_before(inner):
                 values[field.name] = inner_values
-        elif "before" in field.metadata:
-            values[field.name] = field.metadata["before"]
+        elif (before := before_of(schema, field)) is not None:
+            values[field.name] = before.value
     return values
 
 
@@ -200,19 +223,22 @@ def momentum_only_on_sgd(block) -> bool:
     return block.get("momentum") == 0 and block.get("nesterov") is False
 
 
+MOMENTUM = Check(lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)")
+ADAM_BETAS = Check(lambda v: isinstance(v, list) and len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
+                   "a list of two numbers in [0, 1)")
+
+
 @dataclass
 class OptimizerConfig:
     """An optimizer block. Every block has the same keys whatever its type (momentum and nesterov are
     SGD's, betas and eps Adam's), so stored runs compare key by key."""
-    type: str = checked(one_of(["sgd", "adam", "adamw"]))
-    lr: float = checked(positive_number())
-    momentum: float = checked(Check(lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"))
-    nesterov: bool = checked(boolean())
-    betas: list[float] = checked(Check(
-        lambda v: isinstance(v, list) and len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
-        "a list of two numbers in [0, 1)"))
-    eps: float = checked(positive_number())
-    weight_decay: float = checked(non_negative_number())
+    type: Annotated[str, one_of(["sgd", "adam", "adamw"])]
+    lr: PositiveFloat
+    momentum: Annotated[float, MOMENTUM]
+    nesterov: Flag
+    betas: Annotated[list[float], ADAM_BETAS]
+    eps: PositiveFloat
+    weight_decay: NonNegativeFloat
     # momentum/nesterov are SGD's (adam/adamw: betas[0] is the momentum): checked so that neither is
     # ignored silently. (Nesterov with momentum 0 is plain SGD, allowed.)
     block_check: ClassVar[Check | None] = Check(momentum_only_on_sgd,
@@ -223,5 +249,5 @@ class OptimizerConfig:
 class OuterOptimizerConfig(OptimizerConfig):
     """Outer-PPO's outer step: its lr may be 0 (the behaviour parameters then never move: a diagnostic
     setting and a test case, allowed on purpose), and its lr may follow PPO's schedule."""
-    lr: float = checked(non_negative_number())
-    anneal_lr: bool = checked(boolean())
+    lr: NonNegativeFloat
+    anneal_lr: Flag

@@ -12,24 +12,16 @@ def run_cli(*overrides, cwd=ROOT):
                           text=True, timeout=120)
 
 
+# The messages themselves are checked in-process (tests/test_validation.py); here, that the command line
+# prints them as they are, exits 2 and trains nothing: a range, an algorithm's own check, the run's.
 @pytest.mark.parametrize(
     "overrides, message",
     [
         (["algo.lr=0"], "config error: algo.lr must be a number > 0, got 0"),
-        (["algo.lr=-3e-4"], "config error: algo.lr must be a number > 0, got -0.0003"),
-        (["algo.clip_coef=0"], "config error: algo.clip_coef must be a number > 0, got 0"),
-        (["algo.clip_coef=-0.1"], "config error: algo.clip_coef must be a number > 0, got -0.1"),
         (["algo.num_minibatches=3"],
          "config error: algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = 512, got 3"),
         (["total_steps=100"],
          "config error: total_steps must be >= one rollout (env.num_envs * env.num_steps = 512), got 100"),
-        (["algo.update_epochs=ten"], "config error: algo.update_epochs must be an integer >= 1, got 'ten'"),
-        (["algo.update_epochs=2.5"], "config error: algo.update_epochs must be an integer >= 1, got 2.5"),
-        (["algo.gamma=1.5"], "config error: algo.gamma must be a number in (0, 1], got 1.5"),
-        (["algo.anneal_lr=yes"], "config error: algo.anneal_lr must be true or false, got 'yes'"),
-        (["env.num_envs=0"], "config error: env.num_envs must be an integer >= 1, got 0"),
-        (["seed=-1"], "config error: seed must be an integer in [0, 4294967295], got -1"),
-        (["device=tpu"], "config error: device must be one of cpu, got 'tpu'"),
     ],
 )
 def test_bad_value_fails_with_one_clear_line_before_any_env(overrides, message, tmp_path):

@@ -184,40 +184,34 @@ def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(ma
     assert_same_metrics(tmp_path / "reference", tmp_path / "run")
 
 
-def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(make_config, tmp_path, capfd):
-    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
-    train(cfg, tmp_path / "reference")
-    train(cfg, tmp_path / "run")
-    run = tmp_path / "run"
-    # As if killed right after the last checkpoint was written, with the file then damaged.
-    (run / "summary.json").unlink()
-    newest = run / "checkpoint.pt"
-    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    train(cfg, run)
-    err = capfd.readouterr().err
-    assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err
-    assert_same_metrics(tmp_path / "reference", run)
+def truncated(data: bytes) -> bytes:
+    return data[: len(data) // 2]
 
 
-def test_a_checkpoint_with_flipped_bytes_is_caught_and_the_previous_one_takes_its_place(make_config, tmp_path,
-                                                                                         capfd):
-    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
-    train(cfg, tmp_path / "reference")
-    train(cfg, tmp_path / "run")
-    run = tmp_path / "run"
-    (run / "summary.json").unlink()
-    newest = run / "checkpoint.pt"
-    data = bytearray(newest.read_bytes())
+def with_flipped_bytes(data: bytes) -> bytes:
     middle = len(data) // 2  # inside the serialised payload: torch.load alone would read it without complaint
-    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
-    newest.write_bytes(bytes(data))
+    return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 8]) + data[middle + 8:]
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its_place(make_config, tmp_path,
+                                                                                        capfd):
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path / "reference")
+    run = tmp_path / "run"
     train(cfg, run)
-    err = capfd.readouterr().err
-    assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err
-    assert_same_metrics(tmp_path / "reference", run)
-    # the damaged file was set aside, so the fallback slot now holds a good checkpoint, not it
-    assert (run / "checkpoint.pt.damaged").read_bytes() == bytes(data)
-    read_checkpoint(run / "checkpoint.prev.pt")
+    for damage in (truncated, with_flipped_bytes):
+        # As if killed right after the last checkpoint was written, with the file then damaged.
+        (run / "summary.json").unlink()
+        newest = run / "checkpoint.pt"
+        damaged = damage(newest.read_bytes())
+        newest.write_bytes(damaged)
+        train(cfg, run)
+        err = capfd.readouterr().err
+        assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err, damage.__name__
+        assert_same_metrics(tmp_path / "reference", run)
+        # the damaged file was set aside, so the fallback slot now holds a good checkpoint, not it
+        assert (run / "checkpoint.pt.damaged").read_bytes() == damaged
+        read_checkpoint(run / "checkpoint.prev.pt")
 
 
 def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothing(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import pytest
 from omegaconf import OmegaConf
@@ -14,7 +15,7 @@ from benchmarks.engine.validate import (
     leaf_keys,
     validate_config,
 )
-from algorithms.schema import checked, one_of, positive_int, subschema
+from algorithms.schema import Before, PositiveInt, one_of, positive_int
 from tests.conftest import ROOT
 
 ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
@@ -80,6 +81,16 @@ BAD_CONFIGS = [
     (["algo=hp3o", "algo.minibatch_size=0"], "algo.minibatch_size must be an integer >= 1, got 0"),
     (["algo=hp3o_plus", "algo.baseline_distance_threshold=0"],
      "algo.baseline_distance_threshold must be a number > 0, got 0"),
+    (["algo.lr=-3e-4"], "algo.lr must be a number > 0, got -0.0003"),
+    (["algo.clip_coef=0"], "algo.clip_coef must be a number > 0, got 0"),
+    (["algo.clip_coef=-0.1"], "algo.clip_coef must be a number > 0, got -0.1"),
+    (["algo.update_epochs=ten"], "algo.update_epochs must be an integer >= 1, got 'ten'"),
+    (["algo.update_epochs=2.5"], "algo.update_epochs must be an integer >= 1, got 2.5"),
+    (["algo.gamma=1.5"], "algo.gamma must be a number in (0, 1], got 1.5"),
+    (["algo.anneal_lr=yes"], "algo.anneal_lr must be true or false, got 'yes'"),
+    (["env.num_envs=0"], "env.num_envs must be an integer >= 1, got 0"),
+    (["seed=-1"], "seed must be an integer in [0, 4294967295], got -1"),
+    (["device=tpu"], "device must be one of cpu, got 'tpu'"),
     # keys no rule knows: a typo is refused, never silently ignored
     (["+algo.clip_coeff=0.1"], "algo.clip_coeff is not a key of this config: a typo, or a key of another algorithm "
                                "(keys of algo: adam_eps, algorithm, anneal_lr, backend, clip_coef,"),
@@ -174,14 +185,14 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
 
 @dataclasses.dataclass
 class _Block:
-    old: int = checked(positive_int())
-    added: int = checked(positive_int(), before=7)
+    old: PositiveInt
+    added: Annotated[int, positive_int(), Before(7)]
 
 
 @dataclasses.dataclass
 class _Schema:
-    top: str = checked(one_of(["a", "b"]), before="a")
-    inner: _Block = subschema()
+    top: Annotated[str, one_of(["a", "b"]), Before("a")]
+    inner: _Block
 
 
 def test_a_key_added_inside_a_block_is_filled_too():

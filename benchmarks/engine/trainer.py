@@ -106,7 +106,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 def with_later_keys(config: dict) -> dict:
     """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
-    with, as the schema declares it (`checked(..., before=...)` in the Config dataclasses), so that a stored
+    with, as the schema declares it (`Before(...)` in a key's annotation in the Config dataclasses), so that a stored
     run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
     The algo keys any algorithm's schema declares are filled for every run, whatever its algorithm (both
     sides of a comparison get them alike)."""

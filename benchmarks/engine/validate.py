@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -10,21 +11,21 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms import ALGORITHMS
 from algorithms.ppo import PPOConfig
 from algorithms.schema import (
+    Before,
     Check,
+    Flag,
+    Name,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
     Rule,
-    boolean,
-    checked,
     is_int,
     is_number,
     mapping_of_mappings,
-    non_negative_number,
     number,
     one_of,
     positive_int,
-    positive_number,
     rules_of_schema,
-    subschema,
-    valid_name,
 )
 
 
@@ -51,98 +52,107 @@ MAX_SEED = 2**32 - 1  # numpy's and Gymnasium's seed range
 
 @dataclass
 class EvalConfig:
-    every_steps: int = checked(positive_int())
-    episodes: int = checked(positive_int(maximum=10_000))
-    at_start: bool = checked(boolean())
+    every_steps: PositiveInt
+    episodes: Annotated[int, positive_int(maximum=10_000)]
+    at_start: Flag
 
 
 @dataclass
 class LoggingConfig:
-    tensorboard: bool = checked(boolean())
-    progress_bar: bool = checked(boolean())
-    checkpoint: bool = checked(boolean())
-    checkpoint_every_steps: int = checked(positive_int())
+    tensorboard: Flag
+    progress_bar: Flag
+    checkpoint: Flag
+    checkpoint_every_steps: PositiveInt
+
+
+REFERENCE_SCORE = Check(lambda v: v is None or is_number(v), "null (left out of normalised scores) or a number")
 
 
 @dataclass
 class EnvConfig:
     """env.* (conf/env/<task>.yaml over conf/env_family/<family>.yaml)."""
-    name: str = checked(valid_name())
-    family: str = checked(one_of(["classic", "classic_continuous", "mujoco", "rlhf"]))
-    id: str = checked(Check(lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string"))
-    total_steps: int = checked(positive_int())
-    eval_every_steps: int = checked(positive_int())
-    eval_episodes: int = checked(positive_int())
-    random_score: float = checked(number())
-    reference_score: float | None = checked(Check(lambda v: v is None or is_number(v),
-                                              "null (left out of normalised scores) or a number"))
-    num_envs: int = checked(positive_int())
-    num_steps: int = checked(positive_int())
-    normalize_obs: bool = checked(boolean())
-    scale_reward: bool = checked(boolean())
-    obs_clip: float = checked(positive_number())
-    reward_clip: float = checked(positive_number())
+    name: Name
+    family: Annotated[str, one_of(["classic", "classic_continuous", "mujoco", "rlhf"])]
+    id: Annotated[str, Check(lambda v: isinstance(v, str) and len(v) > 0, "a Gymnasium id string")]
+    total_steps: PositiveInt
+    eval_every_steps: PositiveInt
+    eval_episodes: PositiveInt
+    random_score: Annotated[float, number()]
+    reference_score: Annotated[float | None, REFERENCE_SCORE]
+    num_envs: PositiveInt
+    num_steps: PositiveInt
+    normalize_obs: Flag
+    scale_reward: Flag
+    obs_clip: PositiveFloat
+    reward_clip: PositiveFloat
     # each preset's values (conf/tuned/<family>.yaml or a conf/tuning round); each is range-checked where its
     # preset reads it (algo.*)
-    tuned: dict = checked(mapping_of_mappings("a mapping: preset name -> its tuned values"))
+    tuned: Annotated[dict, mapping_of_mappings("a mapping: preset name -> its tuned values")]
 
 
 TOKEN_TASKS = ("arithmetic", "praise")  # benchmarks/rlhf/tasks.py (named here: no transformers import to validate)
 
 
+TOKEN_POLICY_SOURCE = Check(
+    lambda v: isinstance(v, str) and (v.removeprefix("rlhf/") in TOKEN_TASKS if v.startswith("rlhf/")
+                                      else Path(v).is_dir()),
+    f"rlhf/<task> (the task's cached reference model; tasks: {', '.join(TOKEN_TASKS)}) or an existing model "
+    f"directory")
+
+
 @dataclass
 class TokenPolicyConfig:
-    kind: str = checked(one_of(["causal_lm"]))
-    init_from: str = checked(Check(
-        lambda v: isinstance(v, str) and (v.removeprefix("rlhf/") in TOKEN_TASKS if v.startswith("rlhf/")
-                                          else Path(v).is_dir()),
-        f"rlhf/<task> (the task's cached reference model; tasks: {', '.join(TOKEN_TASKS)}) or an existing model "
-        f"directory"))
-    temperature: float = checked(positive_number())
+    kind: Annotated[str, one_of(["causal_lm"])]
+    init_from: Annotated[str, TOKEN_POLICY_SOURCE]
+    temperature: PositiveFloat
+
+
+EOS_PENALTY = Check(lambda v: v is None or (is_number(v) and v >= 0), "null (no penalty) or a number >= 0")
 
 
 @dataclass
 class TokenTaskArguments:
-    reward: str = checked(one_of(["model", "judge"]))
-    temperature: float = checked(positive_number())
-    missing_eos_penalty: float | None = checked(Check(lambda v: v is None or (is_number(v) and v >= 0),
-                                                  "null (no penalty) or a number >= 0"))
+    reward: Annotated[str, one_of(["model", "judge"])]
+    temperature: PositiveFloat
+    missing_eos_penalty: Annotated[float | None, EOS_PENALTY]
 
 
 @dataclass
 class KLPenaltyConfig:
-    coef: float = checked(non_negative_number())
-    adaptive: bool = checked(boolean())
-    target: float = checked(positive_number())
-    horizon: float = checked(positive_number())
+    coef: NonNegativeFloat
+    adaptive: Flag
+    target: PositiveFloat
+    horizon: PositiveFloat
 
 
 @dataclass
 class TokenTaskEnvConfig(EnvConfig):
     """The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
     penalty to the reference model. Allowed in that family only."""
-    backend: str = checked(one_of(["torch"]))
-    network: TokenPolicyConfig = subschema()
-    kwargs: TokenTaskArguments = subschema()
-    kl_penalty: KLPenaltyConfig = subschema()
-    whiten_rewards: bool = checked(boolean())
+    backend: Annotated[str, one_of(["torch"])]
+    network: TokenPolicyConfig
+    kwargs: TokenTaskArguments
+    kl_penalty: KLPenaltyConfig
+    whiten_rewards: Flag
+
+
+SEED_BATCH = Check(
+    lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
+                            and all(is_int(s) and 0 <= s <= MAX_SEED for s in v)),
+    f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch")
 
 
 @dataclass
 class RunConfig:
     """The keys every run has (conf/config.yaml); algo.* is its algorithm's Config, env.* its family's."""
-    seed: int = checked(positive_int(minimum=0, maximum=MAX_SEED))
-    seeds: list[int] | None = checked(Check(
-        lambda v: v is None or (isinstance(v, list) and len(v) > 0 and len(set(v)) == len(v)
-                                and all(is_int(s) and 0 <= s <= MAX_SEED for s in v)),
-        f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch"),
-        before=None)
-    restart: bool = checked(boolean())
-    total_steps: int = checked(positive_int())
-    device: str = checked(one_of(["cpu"]))
-    torch_threads: int = checked(positive_int())
-    eval: EvalConfig = subschema()
-    logging: LoggingConfig = subschema()
+    seed: Annotated[int, positive_int(minimum=0, maximum=MAX_SEED)]
+    seeds: Annotated[list[int] | None, SEED_BATCH, Before(None)]
+    restart: Flag
+    total_steps: PositiveInt
+    device: Annotated[str, one_of(["cpu"])]
+    torch_threads: PositiveInt
+    eval: EvalConfig
+    logging: LoggingConfig
 
 
 # env.hparams: the task family's PPO defaults, which the algo presets interpolate

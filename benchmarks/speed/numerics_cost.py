@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pandas as pd
 
 from benchmarks import numerics
-from benchmarks.speed.throughput import _has_tabulate, benchmark_config, ours_sps, write_timing_table
+from benchmarks.speed.throughput import (
+    benchmark_config,
+    ours_sps,
+    parse_timing_args,
+    print_table,
+    write_timing_table,
+)
 
 # case name -> (env, algo, backend, seeds in one process): the suite's two backends on a classic and a MuJoCo
 # task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), whose every call works on [seeds, rows, 64]
@@ -64,13 +67,11 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
     parser.add_argument("--child", choices=list(CASES), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args, started, load_before = parse_timing_args(parser, argv)
     if args.child:
         print(json.dumps(child_sps(args.child, args.steps)))
         return
-    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     rows = []
     for case in args.cases:
         samples: dict[str, list[dict]] = {"native": [], "portable": []}
@@ -84,11 +85,8 @@ def main(argv=None) -> None:
                          "runs": " ".join(f"{s['sps']:.0f}" for s in runs),
                          "vs_native": round(medians[mode] / medians["native"], 3)})
         print(pd.DataFrame([r for r in rows if r["case"] == case]).to_string(index=False), flush=True)
-    frame = pd.DataFrame(rows)
-    table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
-    print()
-    print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1, one child process per run")
-    print(table)
+    table = print_table(rows, f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1, "
+                              "one child process per run")
     if args.out:
         write_timing_table(
             args.out, "Cost of portable numerics (issue 15)", __spec__.name, argv, started, load_before,

@@ -26,10 +26,9 @@ from pathlib import Path
 
 import gymnasium as gym
 import pandas as pd
-import torch
 
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.speed.throughput import _has_tabulate, benchmark_config, write_timing_table
+from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 from benchmarks.engine.trainer import train
 
 
@@ -92,10 +91,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--two-processes", type=int, metavar="N", help="also two batches of N on two cores")
-    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+    args, started, load_before = parse_timing_args(parser, argv)
 
     rows = []
     for env in args.envs:
@@ -117,10 +113,8 @@ def main(argv=None) -> None:
                          "fraction_of_raw_env": round(medians[name] / raw, 2),
                          "update_share": round(statistics.median(share for _, share in values), 2)})
         print(pd.DataFrame([r for r in rows if r["env"] == env]).to_string(index=False), flush=True)
-    frame = pd.DataFrame(rows)
-    table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
-    print(f"\nalgo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, torch threads 1")
-    print(table)
+    table = print_table(rows, f"algo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, "
+                              "torch threads 1")
     if args.out:
         write_timing_table(
             args.out, "Many seeds in one process: aggregate throughput (issue 14)", "benchmarks.speed.seed_throughput",

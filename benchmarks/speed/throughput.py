@@ -109,10 +109,7 @@ def main(argv=None) -> None:
     parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "numpy"],
                         help="algo.backend values to measure each algo with; numpy rows are named algo[numpy]")
     parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
-    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    started, load_before = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+    args, started, load_before = parse_timing_args(parser, argv)
 
     rows = []
     for case in args.cases:
@@ -135,10 +132,7 @@ def main(argv=None) -> None:
                 row["ratio_vs_sb3"] = round(medians[name] / medians["sb3_ppo"], 2)
             rows.append(row)
         print(pd.DataFrame([r for r in rows if r["case"] == case]).to_string(index=False), flush=True)
-    table = pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False)
-    print()
-    print(f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
-    print(table)
+    table = print_table(rows, f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
     if args.out:
         write_timing_table(
             args.out, "Training throughput (issue 7)", "benchmarks.speed.throughput", argv, started, load_before,
@@ -146,6 +140,23 @@ def main(argv=None) -> None:
             "steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios of medians compare "
             "implementations under the same machine conditions. `vs_ppo_time_per_step` = wall time per env step "
             "relative to `ppo` (torch backend); `algo[numpy]` = `algo.backend=numpy`.", table)
+
+
+def parse_timing_args(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """A speed tool's arguments, with --out; then one torch thread and the clock started: (args, started, load
+    before) for write_timing_table."""
+    parser.add_argument("--out", type=Path, help="also write the table, with this command, to a Markdown file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    return args, time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+
+
+def print_table(rows: list[dict], settings: str) -> str:
+    """Print a speed tool's rows under a line of its settings; the table as Markdown (as text without tabulate)."""
+    frame = pd.DataFrame(rows)
+    table = frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
+    print(f"\n{settings}\n{table}")
+    return table
 
 
 def write_timing_table(out: Path, title: str, module: str, argv: list[str] | None, started: str, load_before: float,
