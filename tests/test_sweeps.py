@@ -1,12 +1,16 @@
 """Sweeps through Hydra's real launchers: joblib (cores of one machine) and submitit (Slurm; local mode here)."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 from conftest import ROOT
+
+from tests.test_resume import wait_for_rows
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
@@ -27,21 +31,26 @@ def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launche
 
 
 def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
-    """submitit_local sends SIGUSR2 30 s before its 1-minute time limit, as Slurm does before preemption:
-    the run checkpoints, submitit requeues it, and the requeued job resumes and completes."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
-         # the torch backend: the run must still be going when SIGUSR2 comes at 30 s (numpy finishes before)
-         "env=HalfCheetah", "algo=ppo", "algo.backend=torch", "seed=0", "total_steps=61440", "eval.every_steps=20480",
-         "eval.episodes=1",
+    """Slurm signals a job it preempts (SIGUSR2 with submitit's --signal); the test sends that signal to the
+    running job's process: the run checkpoints, submitit requeues the job, and the requeued job resumes and
+    completes. (submitit_local would send it itself only 30 s before its shortest, 1-minute time limit.)"""
+    # 16 iterations of 512 steps on the torch backend: still going when the signal comes after the second
+    sweep = subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
+         "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0", "total_steps=8192", "eval.every_steps=2048",
+         "eval.episodes=1", "logging.checkpoint_every_steps=100000",
          "logging.tensorboard=false", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for_rows(tmp_path / "0", 2, sweep)
+    job_pid = int((tmp_path / "0" / ".lock").read_text())  # the process training the run holds its lock
+    os.kill(job_pid, signal.SIGUSR2)
+    output, _ = sweep.communicate(timeout=600)
+    assert sweep.returncode == 0, output
     logs = "".join(path.read_text() for path in (tmp_path / ".submitit").rglob("*_log.*"))
     assert "Caught signal SIGUSR2" in logs and "Requeued job" in logs
     assert "resuming" in logs and "from its checkpoint at" in logs
     summary = json.loads((tmp_path / "0" / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["resumed_at_env_steps"]
     iterations = pd.read_csv(tmp_path / "0" / "train.csv")["iteration"].tolist()
-    assert iterations == list(range(1, 31)), "every iteration logged exactly once across the requeue"
+    assert iterations == list(range(1, 17)), "every iteration logged exactly once across the requeue"
