@@ -49,6 +49,7 @@ def test_unknown_option_names_the_available_ones(group, option):
     assert ("ppo" if group == "algo" else "HalfCheetah") in result.stderr
 
 
+@pytest.mark.slow
 def test_run_directory_is_derived_from_env_algo_seed_and_every_other_override(tmp_path):
     result = run_cli("total_steps=512", "seed=3", "eval.episodes=1", "logging.tensorboard=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -126,6 +127,7 @@ def test_a_sweep_rerun_that_skips_complete_runs_changes_no_file(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_restart_true_trains_the_same_command_again_from_the_first_step(tmp_path):
     run_dir = tmp_path / "run"
     command = ["total_steps=1024", "eval.episodes=1", "logging.tensorboard=false", f"hydra.run.dir={run_dir}"]

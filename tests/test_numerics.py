@@ -94,6 +94,7 @@ def test_a_checkpoint_of_the_other_mode_is_refused_with_the_way_to_resume_it(mak
         train(cfg, run_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("avx512f" not in numerics.cpu_flags(), reason="on an AVX2-only CPU both modes use one kernel set")
 def test_reproduce_reruns_a_run_in_the_mode_it_was_made_in(make_config, tmp_path):
     """A portable run relabelled 'native' is rerun by a native child: on this AVX-512 CPU its numbers differ,

@@ -54,6 +54,7 @@ def assert_reproduces_the_reference_exactly(env: str, algo: str, candidates: lis
         pd.testing.assert_series_equal(run["eval"]["eval_return_mean"], reference[run["seed"]]["eval"]["eval_return_mean"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("env", ENVS)
 def test_learning_matches_the_reference(env, algo, tmp_path):
@@ -64,6 +65,7 @@ def test_learning_matches_the_reference(env, algo, tmp_path):
         assert_reproduces_the_reference_exactly(env, algo, candidates)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ENVS)
 def test_numpy_backend_learns_as_the_reference(env, tmp_path):
     """algo.backend=numpy rounds differently, so its curves differ from the torch reference; they must not be worse."""
@@ -94,6 +96,7 @@ def truncation_bootstrap_dropped(monkeypatch):
         monkeypatch.setattr(module, "compute_gae", gae_treating_truncation_as_termination)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "inject, env",
     [(flipped_advantage_sign, "CartPole"), (clip_range_ignored, "Pendulum"), (truncation_bootstrap_dropped, "Pendulum")],

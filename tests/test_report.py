@@ -4,6 +4,7 @@ import filecmp
 import gzip
 
 import pandas as pd
+import pytest
 from conftest import QUIET
 
 from benchmarks.pack import main as pack_main
@@ -12,6 +13,7 @@ from benchmarks.report import main as report_main
 from benchmarks.engine.trainer import train
 
 
+@pytest.mark.slow
 def test_report_writes_tables_and_plots_and_regenerates_identically(make_config, tmp_path):
     suite = tmp_path / "runs" / "tiny_suite"
     for algo in ("ppo", "outer_ppo_lr"):
@@ -174,6 +176,7 @@ def test_a_run_writes_its_hyperparameters_and_final_return_for_tensorboards_hpar
     assert "hparams/final_eval_return_mean" in events.Tags()["scalars"]
 
 
+@pytest.mark.slow
 def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its_runs(tmp_path):
     import subprocess
     import sys

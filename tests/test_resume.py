@@ -26,8 +26,8 @@ from benchmarks.engine.trainer import CheckpointError, NonFiniteError, read_chec
 from tests.conftest import QUIET, ROOT
 
 TIMING = ("wall_time", "sps", "rollout_time", "update_time")
-# CartPole: 4 envs x 128 steps = 512 env steps per iteration, 12 iterations, a checkpoint every iteration.
-SMALL_RUN = ["env=CartPole", "total_steps=6144", "eval.every_steps=1024", "eval.episodes=2",
+# CartPole: 4 envs x 128 steps = 512 env steps per iteration, 8 iterations, a checkpoint every iteration.
+SMALL_RUN = ["env=CartPole", "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2",
              "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
 
 
@@ -61,13 +61,14 @@ def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout: 
     raise TimeoutError(f"{path} never reached {rows} rows")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o", "outer_ppo_nesterov+numpy"])
 def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers(algo, make_config, tmp_path):
     preset, _, backend = algo.partition("+")  # +numpy: algo.backend=numpy (flat parameter, its optimizer states)
     overrides = [f"algo={preset}", *([f"algo.backend={backend}"] if backend else []), *SMALL_RUN]
     train(make_config(overrides), tmp_path / "reference")  # in this process: the same numbers
 
-    kill_after = random.Random(f"kill-{algo}").randint(2, 10)  # fixed per algo, anywhere mid-run
+    kill_after = random.Random(f"kill-{algo}").randint(2, 6)  # fixed per algo, anywhere mid-run
     victim = launch(overrides, tmp_path / "killed")
     wait_for_rows(tmp_path / "killed", kill_after, victim)
     victim.send_signal(signal.SIGKILL)
@@ -83,6 +84,7 @@ def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers
     assert summary["status"] == "complete" and len(summary["resumed_at_env_steps"]) == 1
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(tmp_path):
     # HalfCheetah: the resume must restore the MuJoCo state mid-episode (episodes last 1000 steps).
     # 4 minibatches a epoch (the task's 32 would be minibatches of 8 steps here): the resume is what is tested
@@ -235,10 +237,9 @@ def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothi
     assert pd.read_csv(run / "eval.csv")["env_steps"].is_monotonic_increasing
 
 
-def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(tmp_path):
+def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(make_config, tmp_path):
     run = tmp_path / "run"
-    process = launch(["algo=ppo", *SMALL_RUN], run)
-    assert process.wait() == 0
+    train(make_config(["algo=ppo", *SMALL_RUN]), run)
     (run / "summary.json").unlink()
     for name in ("checkpoint.pt", "checkpoint.prev.pt"):
         (run / name).write_bytes(b"PK\x03\x04 truncated")

@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="the token tasks need the optional ex
 
 from algorithms.lm_policy import CausalLMActorCritic  # noqa: E402
 from benchmarks.engine.reference_kl import ADAPTIVE_CLIP, EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards  # noqa: E402
-from benchmarks.engine.trainer import train  # noqa: E402
+from benchmarks.engine.trainer import compose_config, train  # noqa: E402
 from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
 from algorithms.lm_policy import next_token_log_probs  # noqa: E402
 from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv  # noqa: E402
@@ -300,9 +300,9 @@ RESUME_RUN = ["env=RLHFPraise", "algo=hp3o", "total_steps=4096", "eval.every_ste
               "logging.checkpoint_every_steps=1024", "logging.progress_bar=false", "env.kl_penalty.adaptive=true"]
 
 
+@pytest.mark.slow
 def test_a_token_task_killed_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
-    reference = launch(RESUME_RUN, tmp_path / "reference")
-    assert reference.wait() == 0, reference.communicate()
+    train(compose_config(RESUME_RUN), tmp_path / "reference")  # in this process: the same numbers
     victim = launch(RESUME_RUN, tmp_path / "killed")
     wait_for_rows(tmp_path / "killed", 2, victim, timeout=300)
     victim.send_signal(signal.SIGKILL)
@@ -314,6 +314,7 @@ def test_a_token_task_killed_mid_run_resumes_to_the_uninterrupted_numbers(tmp_pa
     assert_same_metrics(tmp_path / "reference", tmp_path / "killed")
 
 
+@pytest.mark.slow
 def test_the_report_draws_the_kl_frontier_and_keeps_a_kl_sweep_out_of_the_tables(make_config, tmp_path):
     from benchmarks.report import main as report_main
 

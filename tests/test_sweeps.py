@@ -13,6 +13,7 @@ from conftest import ROOT
 from tests.test_resume import wait_for_rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launcher, tmp_path):
     result = subprocess.run(
@@ -30,6 +31,7 @@ def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launche
     assert pd.read_csv(good / "train.csv")["env_steps"].iloc[-1] == 1024
 
 
+@pytest.mark.slow
 def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
     """Slurm signals a job it preempts (SIGUSR2 with submitit's --signal); the test sends that signal to the
     running job's process: the run checkpoints, submitit requeues the job, and the requeued job resumes and

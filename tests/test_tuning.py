@@ -38,6 +38,7 @@ def tune_command(tmp_path, *extra):
             f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/runs", *extra]
 
 
+@pytest.mark.slow
 def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
     result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra/launcher=joblib",
                                          "hydra.launcher.n_jobs=2"),
@@ -69,6 +70,7 @@ def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
     assert f"trial {stale.number}: normalised AUC" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_study_refuses_another_baseline_and_sweep_overrides(tmp_path):
     first = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, capture_output=True,
                            text=True, timeout=600)
@@ -162,6 +164,7 @@ def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values()
     assert cfg.algo.lr == values.hparams.lr and cfg.algo.outer_optimizer.lr == values.tuned.outer_ppo.outer_lr
 
 
+@pytest.mark.slow
 def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
     """The Slurm path, locally: each run of a trial is a submitit job in a fresh process."""
     result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1", "hydra/launcher=submitit_local"),

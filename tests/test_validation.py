@@ -202,3 +202,16 @@ def test_a_key_added_inside_a_block_is_filled_too():
     assert fill_missing({"inner": {"old": 1}}, values_before(_Schema)) == {"inner": {"old": 1, "added": 7}, "top": "a"}
     assert fill_missing({"top": "b", "inner": {"old": 1, "added": 2}}, values_before(_Schema)) == \
         {"top": "b", "inner": {"old": 1, "added": 2}}
+
+
+@dataclasses.dataclass
+class _Unchecked:
+    checked_key: PositiveInt
+    bare_key: int
+
+
+def test_a_schema_key_without_a_check_is_refused_by_name():
+    from algorithms.schema import rules_of_schema
+
+    with pytest.raises(TypeError, match=r"_Unchecked\.bare_key: a schema key is annotated with its check"):
+        rules_of_schema(_Unchecked, "algo")
