@@ -17,8 +17,3 @@ QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episod
 def make_config():
     return compose_config
 
-
-def pytest_collection_modifyitems(items):
-    """The slow tests first (stable otherwise): with -n 2 both workers then take long tests at the start and
-    finish on short ones together, instead of one waiting out the other's last long test."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
