@@ -54,9 +54,10 @@ def test_seed_i_of_a_batch_takes_the_first_update_seed_i_takes_alone(env, algo, 
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
 
 
-# 8 iterations of 512 steps per seed, a checkpoint after each
-SMALL_BATCH = ["env=CartPole", "algo.backend=numpy", "seeds=[0,1,2]", "total_steps=4096", "eval.every_steps=1024",
-               "eval.episodes=2", "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
+# 8 iterations of 512 steps per seed, a checkpoint after each; the family's own values (as SMALL_RUN)
+SMALL_BATCH = ["env=CartPole", "env_family/values@env=shipped", "algo.backend=numpy", "seeds=[0,1,2]",
+               "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2", "logging.checkpoint_every_steps=512",
+               "logging.progress_bar=false"]
 
 
 @pytest.mark.slow
