@@ -92,6 +92,10 @@ def main(cfg: DictConfig) -> float | None:
         else:
             log.exception("job failed: %s", run_dir)
         return None
+    if summary["status"] == "paused":
+        log.info("paused at %d env steps (pause_at_steps=%d): rerun without it to continue", summary["env_steps"],
+                 cfg.pause_at_steps)
+        return None
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
@@ -131,6 +135,10 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             log.error("job failed: %s: %s", job_dir.parent, error)
             return None
         for summary in summaries:
+            if summary["status"] == "paused":
+                log.info("seed %d paused at %d env steps (pause_at_steps=%d)", summary["seed"], summary["env_steps"],
+                         cfg.pause_at_steps)
+                continue
             finals[summary["seed"]] = summary["final_eval_return_mean"]
             log.info("seed %d done in %.0f s; final eval return %.2f", summary["seed"], summary["wall_time_s"],
                      summary["final_eval_return_mean"])

@@ -94,6 +94,16 @@ class OuterPPO(PPO):
     Config = OuterPPOConfig
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
+    @classmethod
+    def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
+        problems = super().check_config(algo, rollout_size)
+        outer = algo["outer_optimizer"]
+        if outer.get("sigma_eff") is not None and outer["lr"] != 1.0:
+            problems.append(f"algo.outer_optimizer.lr must be 1.0 when algo.outer_optimizer.sigma_eff is set (every "
+                            f"outer step is rescaled to sigma_eff * |g|, so the lr would have no effect), "
+                            f"got {outer['lr']}")
+        return problems
+
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
                  network: dict | None = None):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)  # policy + inner optimizer
@@ -144,6 +154,13 @@ class OuterPPO(PPO):
         outer = self.cfg.outer_optimizer
         return self.annealed_lr(iteration, base_lr=outer.lr, anneal=outer.anneal_lr)
 
+    def target_sigma_eff(self, iteration: int) -> float | None:
+        """outer_optimizer.sigma_eff on the outer lr's schedule; None when the lr sets the step."""
+        outer = self.cfg.outer_optimizer
+        if outer.sigma_eff is None:
+            return None
+        return self.annealed_lr(iteration, base_lr=outer.sigma_eff, anneal=outer.anneal_lr)
+
     # -- the update -----------------------------------------------------------
 
     def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
@@ -171,10 +188,21 @@ class OuterPPO(PPO):
                 param.copy_(start)  # back to theta_k: the outer step starts there
                 param.grad = grad
         self.outer_optimizer.step()
+        grad_vector = flat(outer_grad)
         with torch.no_grad():
             for param in self.outer_params:
                 param.grad = None  # the next inner loop starts from clean grads
             outer_update = [param.detach() - start for param, start in zip(self.outer_params, theta_k)]
+            target = self.target_sigma_eff(iteration)
+            if target is not None:
+                # The step is linear in the lr (SGD with momentum, Adam, AdamW with decoupled decay alike): scaling
+                # it is taking the lr that makes |step| = sigma_eff * |g| this iteration.
+                step_norm = float(flat(outer_update).norm())
+                scale = target * float(grad_vector.norm()) / step_norm if step_norm > 0 else 0.0
+                outer_update = [update * scale for update in outer_update]
+                for param, start, update in zip(self.outer_params, theta_k, outer_update):
+                    param.copy_(start + update)
+                outer_lr = outer_lr * scale  # the lr this iteration's step was taken with
             log_prob_after = self.policy.evaluate(batch["obs"], batch["actions"])[0]
 
         if self.full_batch:
@@ -183,7 +211,6 @@ class OuterPPO(PPO):
             stats |= self.fit_critic(batch)
             stats["critic_lr"] = critic_lr
 
-        grad_vector = flat(outer_grad)
         stats["lr"] = inner_lr
         stats["outer_lr"] = outer_lr
         stats["outer_grad_norm"] = float(grad_vector.norm())
@@ -191,6 +218,9 @@ class OuterPPO(PPO):
             cosine(grad_vector, flat(self.previous_outer_grad)) if self.previous_outer_grad is not None else math.nan
         )
         stats["outer_step_norm"] = float(flat(outer_update).norm())
+        # The effective outer step: 1 is PPO's (theta_{k+1} = theta*_k), 0 a policy that never moves.
+        stats["outer_sigma_eff"] = (stats["outer_step_norm"] / stats["outer_grad_norm"]
+                                    if stats["outer_grad_norm"] > 0 else math.nan)
         stats["outer_kl"] = kl_after_before(log_prob_before, log_prob_after)
         self.previous_outer_grad = outer_grad
         self.previous_outer_update = outer_update

@@ -251,3 +251,7 @@ class OuterOptimizerConfig(OptimizerConfig):
     setting and a test case, allowed on purpose), and its lr may follow PPO's schedule."""
     lr: NonNegativeFloat
     anneal_lr: Flag
+    # The effective outer step sigma_eff = |theta_{k+1} - theta_k| / |g_k| (PPO's own step is 1). null: the
+    # optimizer's lr decides it. A number: every iteration the optimizer's step is rescaled to that norm (the lr
+    # that gives it; the step of SGD and Adam(W) is linear in the lr), so lr must stay 1.0.
+    sigma_eff: Annotated[float | None, optional_positive_number(), Before(None)]

@@ -90,6 +90,8 @@ def why_not_complete(summary: dict) -> str | None:
         return summary["error"] if status == "corrupt" else f"partial: {summary['error']}"
     if status == "failed":
         return f"failed: {summary.get('error', 'no reason recorded')}"
+    if status == "paused":
+        return f"paused at {summary.get('env_steps')} env steps (pause_at_steps; resumable)"
     if status == "interrupted":
         return f"interrupted by {summary.get('signal')} at {summary.get('env_steps')} env steps (resumable)"
     return f"unknown status {status!r}"

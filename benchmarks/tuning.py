@@ -42,14 +42,17 @@ class RunNotComplete(RuntimeError):
     """A run of a trial did not finish (failed: diverged, bad values; or was not run)."""
 
 
-def normalised_auc(run_dir: Path) -> float:
-    """Area under the run's evaluation curve, divided by its span, in normalised score units."""
+def normalised_auc(run_dir: Path, paused_at: int | None = None) -> float:
+    """Area under the run's evaluation curve, divided by its span, in normalised score units.
+
+    paused_at: the run was paused there (pause_at_steps, a pruner's rung): the area of its curve so far.
+    """
     from benchmarks.statistics import area_under_curve
 
     from benchmarks.runs import read_summary, why_not_complete
 
     summary = read_summary(run_dir)
-    if summary["status"] != "complete":
+    if summary["status"] != "complete" and not (paused_at is not None and summary["status"] == "paused"):
         raise RunNotComplete(f"{run_dir}: {why_not_complete(summary)}")
     env = summary["config"]["env"]
     if env.get("reference_score") is None:
@@ -58,6 +61,28 @@ def normalised_auc(run_dir: Path) -> float:
     curve = read_csv_complete_rows(run_dir / "eval.csv").set_index("env_steps")["eval_return_mean"].astype(float)
     normalised = (curve - env["random_score"]) / (env["reference_score"] - env["random_score"])
     return area_under_curve(normalised)
+
+
+def trained_env_steps(run_dir: Path) -> int:
+    """Env steps a run has trained so far (its summary's; 0 when it never started): what a trial spent."""
+    from benchmarks.runs import read_summary
+
+    return int(read_summary(run_dir).get("env_steps") or 0)
+
+
+def rung_steps(pruner: dict | None, total_steps: int) -> list[int]:
+    """Where a pruned study judges its trials: min_steps * reduction_factor**k below total_steps, then total_steps.
+
+    The same rungs as Optuna's SuccessiveHalvingPruner(min_resource=min_steps, reduction_factor=...) with env
+    steps as its resource; no pruner: one rung, the whole budget.
+    """
+    if pruner is None:
+        return [total_steps]
+    rungs, steps = [], int(pruner["min_steps"])
+    while steps < total_steps:
+        rungs.append(steps)
+        steps *= int(pruner["reduction_factor"])
+    return [*rungs, total_steps]
 
 
 # ---------------------------------------------------------------------------
@@ -93,15 +118,25 @@ def override_value(value: Any) -> str:
     return str(value)
 
 
+def trial_dir(trial) -> str:
+    return f"trial{trial.number:03d}"
+
+
 class TuningStudy:
     """One preset's Optuna study, asked and told in batches; resumable from its storage."""
 
     def __init__(self, config: DictConfig, search_space: dict, sweep_dir: Path, storage: str, study_name: str,
                  n_trials: int, trials_per_batch: int, sampler_seed: int, n_startup_trials: int, tasks: list,
-                 seeds: list, enqueue_defaults: bool):
+                 seeds: list, enqueue_defaults: bool, population: bool = False, pruner: dict | None = None,
+                 env_step_budget: int | None = None):
         import optuna
 
         self.config, self.sweep_dir = config, sweep_dir
+        # population: a trial's seeds train as one process per task (seeds=[...]), not one job per seed.
+        # pruner: successive halving on the evaluation curve, judged at rung_steps; env_step_budget: the study
+        # asks no new trial once its finished trials have trained this many env steps (equal budgets in steps).
+        self.population, self.pruner, self.env_step_budget = population, pruner, env_step_budget
+        self.rungs = rung_steps(pruner, int(config.total_steps))
         self.space = {key: distribution(key, spec) for key, spec in search_space.items()}
         self.n_trials, self.trials_per_batch = n_trials, trials_per_batch
         self.sampler_seed, self.n_startup_trials = sampler_seed, n_startup_trials
@@ -115,15 +150,20 @@ class TuningStudy:
         if enqueue_defaults and new_study and outside:  # checked before anything is stored: a refused start leaves no study
             raise SystemExit(f"config error: the preset's current values lie outside the search space "
                              f"({', '.join(outside)}): widen it, or set enqueue_defaults=false")
-        self.study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
-                                         load_if_exists=True)
+        self.study = optuna.create_study(
+            storage=storage, study_name=study_name, direction="maximize", load_if_exists=True,
+            pruner=(optuna.pruners.SuccessiveHalvingPruner(min_resource=int(pruner["min_steps"]),
+                                                           reduction_factor=int(pruner["reduction_factor"]))
+                    if pruner is not None else optuna.pruners.NopPruner()))
         # What the trials are tuned on top of: PPO's core for the family. A rerun with other
         # values would mix two baselines in one study.
         core = {key: value for key, value in OmegaConf.to_container(config.env.hparams, resolve=True).items()
                 if f"env.hparams.{key}" not in self.space}  # the values searched are no baseline
         base = {"env.hparams": core,
                 "tasks": list(tasks), "seeds": list(seeds), "total_steps": int(config.total_steps),
-                "search_space": search_space}
+                "search_space": search_space,
+                # keys of the pruned studies only, so that the studies before them keep comparing equal
+                **({"pruner": pruner, "env_step_budget": env_step_budget} if pruner is not None else {})}
         stored = self.study.user_attrs.get("base")
         if stored is None:
             self.study.set_user_attr("base", base)
@@ -144,10 +184,16 @@ class TuningStudy:
                       if t.state == optuna.trial.TrialState.RUNNING]
 
     def finished(self) -> int:
-        import optuna
+        return sum(t.state.is_finished() for t in self.study.trials)  # complete, pruned or failed
 
-        return sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-                   for t in self.study.trials)
+    def spent_env_steps(self) -> int:
+        """Env steps the finished trials trained, over all their runs (pruned trials count what they ran)."""
+        return sum(int(t.user_attrs.get("env_steps", 0)) for t in self.study.trials if t.state.is_finished())
+
+    def budget_left(self) -> bool:
+        if self.finished() >= self.n_trials:
+            return False
+        return self.env_step_budget is None or self.spent_env_steps() < self.env_step_budget
 
     def next_trials(self) -> list:
         """The next batch: stale trials first, then new ones, until n_trials have finished."""
@@ -157,7 +203,7 @@ class TuningStudy:
             trials, self.stale = self.stale, []
             return trials
         wanted = min(self.trials_per_batch, self.n_trials - self.finished())
-        if wanted <= 0:
+        if wanted <= 0 or not self.budget_left():
             return []
         # Seeded per batch from the number of finished trials: the same history asks the
         # same values, whether or not the tuning command was killed and resumed in between.
@@ -167,26 +213,65 @@ class TuningStudy:
         return [self.study.ask(self.space) for _ in range(wanted)]
 
     def run_dir(self, trial, task: str, seed: int) -> Path:
-        return self.sweep_dir / f"trial{trial.number:03d}" / task / f"seed{seed}"
+        return self.sweep_dir / trial_dir(trial) / task / f"seed{seed}"
 
-    def job_overrides(self, trial, arguments: list[str]) -> list[list[str]]:
+    def job_overrides(self, trial, arguments: list[str], rung: int | None = None) -> list[list[str]]:
+        """The trial's jobs, to train to `rung` env steps (pause_at_steps) or, with None, to the end."""
         values = [f"{key}={override_value(trial.params[key])}" for key in self.space]
-        return [[*arguments, f"env={task}", f"seed={seed}", *values,
+        pause = [] if rung is None or rung >= self.rungs[-1] else [f"pause_at_steps={rung}"]
+        if self.population:  # one job per task; its seeds write beside the job's directory (seed_run_dirs)
+            from benchmarks.engine.validate import seed_dir
+
+            seeds = ",".join(map(str, self.seeds))
+            return [[*arguments, f"env={task}", f"seeds=[{seeds}]", "algo.backend=numpy", *values, *pause,
+                     f"hydra.sweep.subdir={trial_dir(trial)}/{task}/{seed_dir(None, self.seeds)}"]
+                    for task in self.tasks]
+        return [[*arguments, f"env={task}", f"seed={seed}", *values, *pause,
                  f"hydra.sweep.subdir={self.run_dir(trial, task, seed).relative_to(self.sweep_dir)}"]
                 for task in self.tasks for seed in self.seeds]
+
+    def run_dirs(self, trial) -> dict[str, Path]:
+        return {f"{task}/seed{seed}": self.run_dir(trial, task, seed) for task in self.tasks for seed in self.seeds}
+
+    def scores(self, trial, rung: int | None) -> tuple[dict[str, float], list[str]]:
+        """Each run's normalised AUC (so far, at a rung below the budget), and the runs that could not be read."""
+        scores, problems = {}, []
+        paused_at = rung if rung is not None and rung < self.rungs[-1] else None
+        for name, run_dir in self.run_dirs(trial).items():
+            try:
+                scores[name] = normalised_auc(run_dir, paused_at=paused_at)
+            except RunNotComplete as problem:
+                problems.append(str(problem))
+        return scores, problems
+
+    def judge_at_rung(self, trial, rung: int) -> bool:
+        """Report the trial's objective so far at this rung; True if it goes on, False if it ended here
+        (pruned by successive halving, or failed)."""
+        import optuna
+
+        scores, problems = self.scores(trial, rung)
+        if problems or not scores:
+            self.finish(trial)  # fails it, with its problems
+            return False
+        trial.report(float(np.mean(list(scores.values()))), step=rung)
+        if not trial.should_prune():
+            return True
+        self.record_spent(trial)
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        print(f"trial {trial.number} pruned at {rung} env steps: normalised AUC so far "
+              f"{np.mean(list(scores.values())):.4f} with {trial.params}")
+        return False
+
+    def record_spent(self, trial) -> None:
+        trial.set_user_attr("env_steps", sum(trained_env_steps(run_dir) for run_dir in self.run_dirs(trial).values()))
 
     def finish(self, trial) -> None:
         import optuna
 
-        scores, problems = {}, []
-        for task in self.tasks:
-            for seed in self.seeds:
-                try:
-                    scores[f"{task}/seed{seed}"] = normalised_auc(self.run_dir(trial, task, seed))
-                except RunNotComplete as problem:
-                    problems.append(str(problem))
+        scores, problems = self.scores(trial, None)
         for name, score in scores.items():
             trial.set_user_attr(name, score)
+        self.record_spent(trial)
         if problems or not scores:
             # Counts towards n_trials (equal budgets) but not as a value TPE learns from.
             trial.set_user_attr("failed_runs", problems)
@@ -205,7 +290,9 @@ class TuningStudy:
             print(f"study {self.study.study_name}: {self.finished()} trials finished, none complete")
             return
         best = self.study.best_trial
-        print(f"study {self.study.study_name}: {self.finished()} trials finished; best trial {best.number}: "
+        pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in self.study.trials)
+        print(f"study {self.study.study_name}: {self.finished()} trials finished ({pruned} pruned, "
+              f"{self.spent_env_steps():,} env steps); best trial {best.number}: "
               f"normalised AUC {best.value:.4f} with {best.params}")
 
 

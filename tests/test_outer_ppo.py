@@ -481,3 +481,69 @@ def test_named_preset_full_batch_checkpoint_round_trip(tmp_path):
     torch.manual_seed(0)
     second.update(rollout, iteration=2)
     assert max_abs_diff(parameters(first), parameters(second)) == 0.0
+
+
+# ---------------------------------------------------------------------------
+# (f) The effective outer step sigma_eff = |theta_{k+1} - theta_k| / |g_k|
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sigma_eff", [0.1, 3.0])
+def test_sigma_eff_rescales_the_adamw_step_to_sigma_times_g(sigma_eff):
+    """The named preset with outer_optimizer.sigma_eff: AdamW's own first step (done by hand, lr 1), rescaled so
+    that its norm is sigma_eff * |g|; logged as outer_sigma_eff, with the lr the step was taken with."""
+    algorithm = build_outer("algo=outer_ppo", "env=HalfCheetah", "+tuning=mujoco_shipped", "algo.outer_optimizer.lr=1.0",
+                            f"algo.outer_optimizer.sigma_eff={sigma_eff}", "algo.outer_optimizer.weight_decay=0.01",
+                            obs_dim=4)
+    assert algorithm.full_batch
+    captured, inner_loop = {}, algorithm.full_batch_inner_loop
+
+    def inner_loop_and_capture(batch, optimizer):  # theta*_k of the actor, where the full-batch inner loop ends
+        stats = inner_loop(batch, optimizer)
+        captured["actor_star"] = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
+        return stats
+
+    algorithm.full_batch_inner_loop = inner_loop_and_capture
+    theta_k = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
+    stats = algorithm.update(synthetic_rollout(algorithm, obs_dim=4), iteration=1)
+    outer = algorithm.cfg.outer_optimizer
+    star = captured["actor_star"]
+    unit_step = []  # AdamW's first step at lr 1 on g = theta - theta*: -(wd * theta + g / (|g| + eps))
+    for start, end in zip(theta_k, star):
+        g = (start - end).double()
+        unit_step.append(-(outer.weight_decay * start.double() + g / (g.abs() + outer.eps)))
+    g_norm = torch.cat([(a - b).double().reshape(-1) for a, b in zip(theta_k, star)]).norm()
+    scale = sigma_eff * g_norm / torch.cat([u.reshape(-1) for u in unit_step]).norm()
+    expected = [start.double() + scale * u for start, u in zip(theta_k, unit_step)]
+    assert max_abs_diff(algorithm.policy.actor_parameters(), expected) <= 1e-6
+    assert stats["outer_sigma_eff"] == pytest.approx(sigma_eff, rel=1e-5)
+    assert stats["outer_lr"] == pytest.approx(float(scale), rel=1e-5)
+
+
+def test_sigma_eff_is_logged_for_every_outer_step():
+    algorithm = build_outer("algo=outer_ppo_lr", "algo.outer_optimizer.lr=0.5")
+    for iteration in (1, 2):
+        stats = algorithm.update(synthetic_rollout(algorithm, obs_dim=4, seed=iteration), iteration)
+        assert stats["outer_sigma_eff"] == pytest.approx(0.5, rel=1e-5)  # SGD: the step is lr * g
+
+
+def test_sigma_eff_refuses_an_lr_it_would_ignore():
+    with pytest.raises(ConfigError) as error:
+        validate_config(make_config("algo=outer_ppo", "env=HalfCheetah", "algo.outer_optimizer.sigma_eff=1.0",
+                                    "algo.outer_optimizer.lr=0.001"))
+    assert str(error.value).startswith("algo.outer_optimizer.lr must be 1.0 when algo.outer_optimizer.sigma_eff is "
+                                       "set")
+
+
+def test_the_named_presets_mujoco_search_covers_sigma_eff_from_0_1_to_3():
+    from benchmarks.tuning import distribution, tune_config
+
+    sweeper = tune_config("mujoco_1m")["hydra"]["sweeper"]
+    space = {key: spec for key, spec in sweeper["search_spaces"]["outer_ppo"].items() if spec is not None}
+    sigma = distribution("sigma_eff", space["env.tuned.outer_ppo.sigma_eff"])
+    assert sigma.low <= 0.1 and sigma.high >= 3.0 and sigma.log
+    assert "env.tuned.outer_ppo.outer_lr" not in space  # with sigma_eff set the lr has no effect: not searched
+    assert {"env.tuned.outer_ppo.beta1", "env.tuned.outer_ppo.beta2"} <= set(space)  # AdamW's betas searched
+    cfg = make_config("algo=outer_ppo", "env=HalfCheetah", "+tuning=mujoco_1m")
+    validate_config(cfg)  # the round's values compose into a valid config: lr 1.0 beside sigma_eff
+    assert cfg.algo.outer_optimizer.sigma_eff == 1.0 and cfg.algo.outer_optimizer.lr == 1.0

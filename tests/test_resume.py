@@ -342,3 +342,44 @@ def test_reader_drops_a_half_written_last_line(tmp_path):
     path.write_text("env_steps,episode_return\n512,21.5\n1024,3")  # killed mid-row
     frame = read_csv_complete_rows(path)
     assert frame["env_steps"].tolist() == [512]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one seed", "population"])
+def test_a_paused_run_continues_to_the_uninterrupted_numbers(batched, make_config, tmp_path):
+    """pause_at_steps (a pruned study's rungs): checkpoint and status "paused" at the first iteration boundary
+    at or past it; a rerun with the same pause trains nothing; a rerun without it ends where an unpaused run ends."""
+    from benchmarks.engine.batch_trainer import train_batch
+    from benchmarks.runs import read_summary
+
+    overrides = [*SMALL_RUN, *(["algo.backend=numpy", "seeds=[0,1]"] if batched else [])]
+
+    def run(run_dir: Path, *extra: str) -> list[Path]:
+        cfg = make_config([*overrides, *extra])
+        if not batched:
+            train(cfg, run_dir)
+            return [run_dir]
+        dirs = [run_dir / f"seed{seed}" for seed in (0, 1)]
+        train_batch(cfg, dirs)
+        return dirs
+
+    reference = run(tmp_path / "reference")
+    paused = run(tmp_path / "paused", "pause_at_steps=1500")  # iterations of 512 steps: pauses at 1536
+    for run_dir in paused:
+        summary = read_summary(run_dir)
+        assert (summary["status"], summary["env_steps"]) == ("paused", 1536)
+        assert len(pd.read_csv(run_dir / "train.csv")) == 3
+    run(tmp_path / "paused", "pause_at_steps=1500")  # already there: nothing more is trained
+    assert all(len(pd.read_csv(run_dir / "train.csv")) == 3 for run_dir in paused)
+    run(tmp_path / "paused")
+    for done, uninterrupted in zip(paused, reference):
+        assert read_summary(done)["status"] == "complete"
+        assert_same_metrics(done, uninterrupted)
+
+
+def test_pause_at_steps_needs_checkpoints(make_config):
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    with pytest.raises(ConfigError) as error:
+        validate_config(make_config([*SMALL_RUN, "pause_at_steps=1024", "logging.checkpoint=false"]))
+    assert str(error.value) == ("pause_at_steps=1024 needs logging.checkpoint=true: a paused run resumes from the "
+                                "checkpoint it writes there")

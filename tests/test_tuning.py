@@ -173,3 +173,37 @@ def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
     assert (tmp_path / "runs" / "trial000" / "CartPole" / "seed1000" / "eval.csv").exists()
+
+
+def test_pruner_rungs_are_successive_halvings_of_the_budget():
+    assert tuning.rung_steps(None, 1_000_000) == [1_000_000]
+    assert tuning.rung_steps({"min_steps": 111112, "reduction_factor": 3}, 1_000_000) == [111112, 333336, 1_000_000]
+
+
+@pytest.mark.slow
+def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
+    """Successive halving stops trials at rungs (pause_at_steps); each trial's env_steps is what its runs trained,
+    pruned ones included, and the study asks no new trial once env_step_budget is spent."""
+    command = tune_command(tmp_path, "total_steps=2048", "hydra.sweeper.seeds=[1000,1001]",
+                           "hydra.sweeper.population=true", "hydra.sweeper.pruner={min_steps:512,reduction_factor:2}",
+                           "hydra.sweeper.env_step_budget=12000", "hydra.sweeper.n_trials=20",
+                           "hydra.sweeper.trials_per_batch=3", "hydra.sweeper.n_startup_trials=20")
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.PRUNED in states and optuna.trial.TrialState.COMPLETE in states
+    spent = 0
+    for trial in study.trials:
+        runs = [tmp_path / "runs" / f"trial{trial.number:03d}" / "CartPole" / f"seed{seed}" for seed in (1000, 1001)]
+        trained = [json.loads((run / "summary.json").read_text())["env_steps"] for run in runs]
+        assert trial.user_attrs["env_steps"] == sum(trained)
+        if trial.state == optuna.trial.TrialState.PRUNED:  # stopped at a rung: 512 or 1024 steps per seed
+            assert set(trained) < {512, 1024} and max(trial.intermediate_values) == trained[0]
+        else:
+            assert trained == [2048, 2048]
+        spent += sum(trained)
+    # every batch but the last started with budget left; the last one ended the study
+    before_last = spent - sum(t.user_attrs["env_steps"] for t in study.trials[-3:])
+    assert before_last < 12000 <= spent
+    assert f"{spent:,} env steps" in result.stdout

@@ -98,7 +98,7 @@ BAD_CONFIGS = [
     (["algo=ppo", "+algo.outer_optimizer.lr=0.1"], "algo.outer_optimizer.lr is not a key of this config"),
     (["algo=outer_ppo", "+algo.outer_optimizer.lrr=0.1"],  # inside a block with a check of its own
      "algo.outer_optimizer.lrr is not a key of this config: a typo, or a key of another algorithm (keys of "
-     "algo.outer_optimizer: anneal_lr, betas, eps, lr, momentum, nesterov, type, weight_decay)"),
+     "algo.outer_optimizer: anneal_lr, betas, eps, lr, momentum, nesterov, sigma_eff, type, weight_decay)"),
 ]
 
 
@@ -176,9 +176,11 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
         assert dataclasses.is_dataclass(algorithm.Config) and issubclass(algorithm.Config, PPOConfig), kind
     # a run stored before algo.backend, Outer-PPO's inner loop and batches existed ran torch, PPO's loop, one seed
     stored = {"seed": 3, "env": {"name": "CartPole"}, "algo": {"name": "outer_ppo_lr", "lr": 1e-3}}
-    assert with_later_keys(stored) == {"seed": 3, "seeds": None, "env": {"name": "CartPole"},
+    # (and no pause, and an outer step set by its lr: sigma_eff null)
+    assert with_later_keys(stored) == {"seed": 3, "seeds": None, "pause_at_steps": None, "env": {"name": "CartPole"},
                                        "algo": {"name": "outer_ppo_lr", "lr": 1e-3, "backend": "torch",
-                                                "inner_loop": "ppo", "inner_epochs": 4}}
+                                                "inner_loop": "ppo", "inner_epochs": 4,
+                                                "outer_optimizer": {"sigma_eff": None}}}
     newer = {"seed": 3, "seeds": [3, 4], "env": {"name": "CartPole"}, "algo": {"backend": "numpy"}}
     assert with_later_keys(newer)["seeds"] == [3, 4] and with_later_keys(newer)["algo"]["backend"] == "numpy"
 

@@ -44,6 +44,7 @@ from benchmarks.engine.trainer import (
     load_checkpoint,
     log_iteration,
     machine,
+    pause_requested,
     pack_rng,
     read_checkpoint,
     run_label,
@@ -383,6 +384,13 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                 for run in runs:
                     run.evaluate(0)
             for iteration in range(start_iteration, num_iterations + 1):
+                if pause_requested(cfg, (iteration - 1) * steps_per_iteration, iteration - 1, num_iterations):
+                    # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
+                    paused = [{**run.summary_base("paused"), "total_steps": cfg.total_steps, "batched": batched_info,
+                               "config": run.config} for run in runs if run.active]
+                    for summary, run in zip(paused, [run for run in runs if run.active]):
+                        write_json_atomic(run.run_dir / "summary.json", summary)
+                    return paused
                 iteration_start = time.perf_counter()
                 active = np.array([run.active for run in runs])
                 for run in runs:
@@ -433,7 +441,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                         while run.next_eval_at <= run.env_steps:
                             run.next_eval_at += cfg.eval.every_steps
                 env_steps = iteration * steps_per_iteration
-                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
+                pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
+                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
                     lockstep_envs.to_layers()
                     batch.optimizer_to_seeds()

@@ -5,7 +5,7 @@ the joblib or submitit launchers the jobs run elsewhere. This callback reads
 the sweep directory instead: every run directory of a job written during this
 sweep (its .job mark, written by run.py as the job starts, is newer than the
 sweep's start; a batch job's runs are its seeds' directories) either holds a summary.json with status
-"complete", or it failed. run.py lets a failing
+"complete" or "paused" (pause_at_steps), or it failed. run.py lets a failing
 job record its error and return, so the other jobs go on; this callback then
 lists the failures and exits non-zero. A rerun that trained nothing (every run
 complete already) leaves the sweep's files byte-identical: multirun.yaml is put back.
@@ -61,9 +61,11 @@ class SweepReport(Callback):
         job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start)
         run_dirs = [run_dir for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
         statuses = [(run_dir, *job_status(run_dir)) for run_dir in run_dirs]
-        failed = [(run_dir, reason) for run_dir, status, reason in statuses if status != "complete"]
-        print(f"sweep finished: {len(statuses) - len(failed)} of {len(statuses)} runs complete "
-              f"({len(job_dirs)} jobs) under {sweep_dir}")
+        # paused (pause_at_steps, a pruned study's rungs): stopped where it was asked to, not a failure
+        failed = [(run_dir, reason) for run_dir, status, reason in statuses if status not in ("complete", "paused")]
+        paused = sum(status == "paused" for _, status, _ in statuses)
+        print(f"sweep finished: {len(statuses) - len(failed) - paused} of {len(statuses)} runs complete"
+              f"{f', {paused} paused' if paused else ''} ({len(job_dirs)} jobs) under {sweep_dir}")
         for job_dir, reason in failed:
             print(f"  FAILED {job_dir}: {reason}")
         trained = any(not (run_dir / "summary.json").exists() or (run_dir / "summary.json").stat().st_mtime >= self.start

@@ -137,7 +137,7 @@ def task_network(env_cfg) -> dict | None:
 
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart")}
+    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps")}
     # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
     config["env"] = {k: v for k, v in config["env"].items()
                      if k not in ("random_score", "reference_score", "hparams", "tuned")}
@@ -494,6 +494,11 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 state.last_eval = run_evaluation(0, 0)
             obs, episode_ended = state.obs, state.episode_ended
             for iteration in range(state.iteration + 1, num_iterations + 1):
+                if pause_requested(cfg, state.env_steps, state.iteration, num_iterations):
+                    # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
+                    paused = {**summary_base("paused"), "total_steps": cfg.total_steps, "config": state.config}
+                    write_json_atomic(run_dir / "summary.json", paused)
+                    return paused
                 iteration_start = time.perf_counter()
                 episode_returns, episode_lengths = [], []
                 with torch.inference_mode():
@@ -556,7 +561,8 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                         state.next_eval_at += cfg.eval.every_steps
 
                 interrupted = signals.received is not None
-                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted
+                pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
+                if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
                     checkpoint_start = time.perf_counter()
                     write_checkpoint()
@@ -597,6 +603,12 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     }
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def pause_requested(cfg: DictConfig, env_steps: int, iteration: int, num_iterations: int) -> bool:
+    """pause_at_steps reached before the last iteration: checkpoint and stop with status "paused"."""
+    pause_at = cfg.get("pause_at_steps")
+    return pause_at is not None and env_steps >= pause_at and iteration < num_iterations
 
 
 def log_iteration(logger: RunLogger, episodes_log: CSVLog, stats: dict, env_steps: int, iteration: int,

@@ -142,6 +142,9 @@ SEED_BATCH = Check(
     f"null (one seed, `seed`) or a list of distinct integers in [0, {MAX_SEED}] trained as one batch")
 
 
+PAUSE_AT = Check(lambda v: v is None or (is_int(v) and v > 0), "null (train to total_steps) or an integer > 0")
+
+
 @dataclass
 class RunConfig:
     """The keys every run has (conf/config.yaml); algo.* is its algorithm's Config, env.* its family's."""
@@ -149,6 +152,7 @@ class RunConfig:
     seeds: Annotated[list[int] | None, SEED_BATCH, Before(None)]
     restart: Flag
     total_steps: PositiveInt
+    pause_at_steps: Annotated[int | None, PAUSE_AT, Before(None)]
     device: Annotated[str, one_of(["cpu"])]
     torch_threads: PositiveInt
     eval: EvalConfig
@@ -266,6 +270,9 @@ def _cross_checks(data: dict) -> list[str]:
         errors.append(
             f"total_steps must be >= one rollout (env.num_envs * env.num_steps = {rollout}), got {data['total_steps']}"
         )
+    if data["pause_at_steps"] is not None and not data["logging"]["checkpoint"]:
+        errors.append(f"pause_at_steps={data['pause_at_steps']} needs logging.checkpoint=true: a paused run "
+                      f"resumes from the checkpoint it writes there")
     algorithm = ALGORITHMS[algo["algorithm"]]
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
     if algo["backend"] == "numpy" and not algorithm.runs_on_numpy_backend():

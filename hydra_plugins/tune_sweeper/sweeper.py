@@ -28,11 +28,14 @@ log = logging.getLogger(__name__)
 
 class TuneSweeper(Sweeper):
     def __init__(self, storage: str, study_name: str, n_trials: int, trials_per_batch: int, sampler_seed: int,
-                 n_startup_trials: int, tasks: list, seeds: list, enqueue_defaults: bool, values_file: str, search_spaces: Any):
+                 n_startup_trials: int, tasks: list, seeds: list, enqueue_defaults: bool, values_file: str, search_spaces: Any,
+                 population: bool = False, pruner: Any = None, env_step_budget: int | None = None):
         self.settings = dict(storage=storage, study_name=study_name, n_trials=n_trials,
                              trials_per_batch=trials_per_batch, sampler_seed=sampler_seed,
                              n_startup_trials=n_startup_trials, tasks=list(tasks), seeds=list(seeds),
-                             enqueue_defaults=enqueue_defaults)
+                             enqueue_defaults=enqueue_defaults, population=population,
+                             pruner=OmegaConf.to_container(pruner) if isinstance(pruner, DictConfig) else pruner,
+                             env_step_budget=env_step_budget)
         self.search_spaces = OmegaConf.to_container(search_spaces, resolve=True) \
             if isinstance(search_spaces, DictConfig) else dict(search_spaces)
         self.config: DictConfig | None = None
@@ -59,18 +62,28 @@ class TuneSweeper(Sweeper):
         if space_name not in self.search_spaces:
             raise SystemExit(f"config error: no search space for algo={preset} in hydra.sweeper.search_spaces "
                              f"(have: {', '.join(sorted(self.search_spaces))})")
-        study = TuningStudy(config=self.config, search_space=self.search_spaces[space_name],
+        # A key set to null is not searched (a round that extends another drops a key of its space this way).
+        space = {key: spec for key, spec in self.search_spaces[space_name].items() if spec is not None}
+        study = TuningStudy(config=self.config, search_space=space,
                             sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
         job_index = 0
         while True:
             trials = study.next_trials()
             if not trials:
                 break
-            jobs = [(trial, overrides) for trial in trials for overrides in study.job_overrides(trial, arguments)]
-            log.info("tuning %s: launching trial(s) %s (%d runs)", preset,
-                     ", ".join(str(t.number) for t in trials), len(jobs))
-            self.launcher.launch([overrides for _trial, overrides in jobs], initial_job_idx=job_index)
-            job_index += len(jobs)
-            for trial in trials:
-                study.finish(trial)
+            # Rung by rung (one rung, the whole budget, without a pruner): the trials still in train to the rung's
+            # env steps, pausing there with a checkpoint; successive halving then stops the worst of them.
+            for rung in study.rungs:
+                if not trials:
+                    break  # every trial of the batch stopped at an earlier rung
+                jobs = [overrides for trial in trials for overrides in study.job_overrides(trial, arguments, rung)]
+                log.info("tuning %s: trial(s) %s to %d env steps (%d jobs; %s env steps spent so far)", preset,
+                         ", ".join(str(t.number) for t in trials), rung, len(jobs), f"{study.spent_env_steps():,}")
+                self.launcher.launch(jobs, initial_job_idx=job_index)
+                job_index += len(jobs)
+                if rung == study.rungs[-1]:
+                    for trial in trials:
+                        study.finish(trial)
+                else:
+                    trials = [trial for trial in trials if study.judge_at_rung(trial, rung)]
         study.log_summary()
