@@ -85,11 +85,25 @@ class ActorCritic(nn.Module):
             action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
             log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         else:
-            std = self.actor_logstd.exp()
-            noise = torch.randn_like(head)
-            action = head + std * noise
-            # (action - mean) / std is exactly the noise we drew.
-            log_prob = (-0.5 * noise.pow(2) - self.actor_logstd - LOG_SQRT_2PI).sum(-1)
+            action, log_prob = self.gaussian_sample(head, torch.randn_like(head))
+        return action, log_prob, self.value(obs)
+
+    def gaussian_sample(self, head: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean + std * noise and its log-probability ((action - mean) / std is exactly the noise drawn)."""
+        action = head + self.actor_logstd.exp() * noise
+        return action, (-0.5 * noise.pow(2) - self.actor_logstd - LOG_SQRT_2PI).sum(-1)
+
+    def forward(self, obs: torch.Tensor, draws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """act() with its random draws given: standard normal noise (continuous), or one Exp(1) draw per action
+        (discrete: argmax(p / E) is a draw from p, the draw torch.multinomial makes). A pure function of the
+        parameters and the draws, so the population acts for every seed in one call (algorithms/population.py)."""
+        head = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(head, dim=-1)
+            action = torch.argmax(log_probs.exp() / draws, dim=-1)
+            log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        else:
+            action, log_prob = self.gaussian_sample(head, draws)
         return action, log_prob, self.value(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -333,33 +347,52 @@ def compute_gae(
 # ---------------------------------------------------------------------------
 
 
-def normalize_advantages(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    if advantages.numel() < 2:
-        return advantages
-    return (advantages - advantages.mean()) / (advantages.std() + eps)
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """x.mean(); with a mask (1 on a sample, 0 on padding: the population step's padded minibatches,
+    algorithms/population.py), the mean over the masked samples only."""
+    if mask is None:
+        return x.mean()
+    return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def clipped_policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float):
+def masked_max(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    if mask is None:
+        return x.max()
+    return torch.where(mask > 0, x, torch.full_like(x, -math.inf)).max()
+
+
+def normalize_advantages(advantages: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+    if mask is None:
+        if advantages.numel() < 2:
+            return advantages
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
+    # the same over the masked samples: their mean, and their std with Bessel's correction (as Tensor.std)
+    count = mask.sum()
+    mean = (advantages * mask).sum() / count.clamp_min(1.0)
+    std = torch.sqrt((((advantages - mean) * mask) ** 2).sum() / (count - 1.0).clamp_min(1.0))
+    return torch.where(count >= 2, (advantages - mean) / (std + eps), advantages)
+
+
+def clipped_policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float, mask: torch.Tensor | None = None):
     """-E[min(r A, clip(r, 1-eps, 1+eps) A)]; also returns ratio, approx KL (k3) and clip fraction."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
     unclipped = advantages * ratio
     clipped = advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    loss = -torch.min(unclipped, clipped).mean()
-    with torch.no_grad():
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-        clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    loss = -masked_mean(torch.min(unclipped, clipped), mask)
+    approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask).detach()
+    clip_fraction = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask).detach()
     return loss, ratio.detach(), approx_kl, clip_fraction
 
 
-def value_loss(new_values, old_values, returns, clip_coef: float | None):
+def value_loss(new_values, old_values, returns, clip_coef: float | None, mask: torch.Tensor | None = None):
     """0.5 * squared error; with clip_coef, the max of clipped and unclipped errors (PPO detail #9)."""
     unclipped = (new_values - returns).pow(2)
     if clip_coef is None:
-        return 0.5 * unclipped.mean()
+        return 0.5 * masked_mean(unclipped, mask)
     clipped_values = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
     clipped = (clipped_values - returns).pow(2)
-    return 0.5 * torch.max(unclipped, clipped).mean()
+    return 0.5 * masked_mean(torch.max(unclipped, clipped), mask)
 
 
 def make_optimizer(params, kind: str, lr: float, momentum: float = 0.0, nesterov: bool = False,

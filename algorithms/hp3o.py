@@ -184,6 +184,7 @@ class HP3OConfig(PPOConfig):
 
 class HP3O(PPO):
     Config = HP3OConfig
+    population_update = "per_seed"  # its own batches from each seed's trajectory buffer
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:

@@ -92,6 +92,7 @@ class OuterPPOConfig(PPOConfig):
 
 class OuterPPO(PPO):
     Config = OuterPPOConfig
+    population_update = "per_seed"  # its own update: an inner loop and an outer step per seed
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
     @classmethod

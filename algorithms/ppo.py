@@ -14,9 +14,10 @@ part where their paper differs. The pieces a variant replaces, from large to sma
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, NamedTuple
+from typing import Annotated, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -27,6 +28,8 @@ from algorithms.core import (
     compute_gae,
     make_policy,
     make_optimizer,
+    masked_max,
+    masked_mean,
     normalize_advantages,
     value_loss,
 )
@@ -87,13 +90,20 @@ class PPOConfig:
     vf_coef: NonNegativeFloat
     max_grad_norm: PositiveFloat
     target_kl: Annotated[float | None, optional_positive_number()]
-    backend: Annotated[str, one_of(["torch", "numpy"]), Before("torch")]  # runs before the numpy backend: torch
+    # torch: eager autograd; compiled: the same loss over a seed axis, compiled (algorithms/population.py); numpy:
+    # the retiring hand-derived gradient. Runs before the numpy backend: torch.
+    backend: Annotated[str, one_of(["torch", "numpy", "compiled"]), Before("torch")]
 
 
 class PPO(Algorithm):
     Config = PPOConfig
     guarded_stats = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
     loss_keys = LOSS_KEYS  # what the epoch loop shuffles into minibatches; a term that reads more declares it here
+    # How a population of seeds (algo.backend=compiled, algorithms/population.py) runs this algorithm's update:
+    # "vectorized": PPO's epochs x minibatches of Adam steps on loss_terms, one compiled program for every seed
+    # (a variant that changes only loss terms, loss_inputs or after_epochs keeps it); "per_seed": the
+    # algorithm's own update, seed by seed (a variant that replaces the update loop or the optimizer says so).
+    population_update: ClassVar[str] = "vectorized"
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
@@ -194,7 +204,13 @@ class PPO(Algorithm):
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """PPO's inner loop: E epochs over the same rollout batch (docs/algorithms.md section 2)."""
-        return self.run_epochs((batch for _epoch in range(self.cfg.update_epochs)), optimizer)
+        stats = self.run_epochs((batch for _epoch in range(self.cfg.update_epochs)), optimizer)
+        return stats | self.after_epochs(batch)
+
+    def after_epochs(self, batch: Batch) -> dict[str, float]:
+        """What a variant does once the epochs over the batch are done (PPO: nothing; PPO-KL adapts its beta);
+        returns statistics for train.csv. The population runs it for each seed after its batched epochs."""
+        return {}
 
     def num_minibatches(self, num_samples: int) -> int:
         """M: PPO splits each epoch's batch into a fixed number of minibatches (HP3O: a fixed size)."""
@@ -238,7 +254,7 @@ class PPO(Algorithm):
         log_prob, entropy, values = self.policy.evaluate(minibatch["obs"], minibatch["actions"])
         advantages = minibatch["advantages"]
         if self.cfg.norm_adv:
-            advantages = normalize_advantages(advantages)  # per minibatch (PPO detail #7)
+            advantages = normalize_advantages(advantages, mask=minibatch.get("mask"))  # per minibatch (PPO detail #7)
         return Evaluation(log_prob, entropy, values, advantages)
 
     def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
@@ -254,23 +270,24 @@ class PPO(Algorithm):
 
     def policy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """-E[min(r A, clip(r, 1 - eps, 1 + eps) A)], r = pi(a|s) / pi_rollout(a|s) (PPO detail #8)."""
+        mask = minibatch.get("mask")  # the population step's padding (algorithms/population.py); None: every row
         pg_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
-            new.log_prob, minibatch["log_probs"], new.advantages, self.cfg.clip_coef
+            new.log_prob, minibatch["log_probs"], new.advantages, self.cfg.clip_coef, mask
         )
         stats.update(policy_loss=pg_loss.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
-                     ratio_mean=ratio.mean(), ratio_max=ratio.max())
+                     ratio_mean=masked_mean(ratio, mask), ratio_max=masked_max(ratio, mask))
         return pg_loss
 
     def value_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """c_v * 0.5 * (V - R)^2, clipped around the rollout's values when algo.clip_vloss (PPO detail #9)."""
         v_loss = value_loss(new.values, minibatch["values"], minibatch["returns"],
-                            self.cfg.clip_coef if self.cfg.clip_vloss else None)
+                            self.cfg.clip_coef if self.cfg.clip_vloss else None, minibatch.get("mask"))
         stats["value_loss"] = v_loss.detach()
         return self.cfg.vf_coef * v_loss
 
     def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """-c_e * mean entropy: a bonus for exploring (PPO detail #10)."""
-        entropy_mean = new.entropy.mean()
+        entropy_mean = masked_mean(new.entropy, minibatch.get("mask"))
         stats["entropy"] = entropy_mean.detach()
         return -(self.cfg.ent_coef * entropy_mean)
 
@@ -279,6 +296,25 @@ class PPO(Algorithm):
         stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)  # into flat_parameter.grad
         optimizer.step()
         return stats
+
+    # -- per-seed numbers the loss reads (the population step passes them in as tensors) ---------------
+
+    def loss_inputs(self) -> dict[str, float]:
+        """Numbers of this seed's own that its loss terms read besides the parameters and the minibatch
+        (PPO: none; PPO-KL: its adaptive beta). The population step stacks them into [S] tensors."""
+        return {}
+
+    @contextlib.contextmanager
+    def bound_loss_inputs(self, inputs: dict[str, torch.Tensor]):
+        """While the population step traces the loss: each loss input read as the traced tensor given."""
+        saved = {name: getattr(self, name) for name in inputs}
+        for name, value in inputs.items():
+            setattr(self, name, value)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
 
     # -- checkpoints ----------------------------------------------------------
 

@@ -31,6 +31,7 @@ from typing import Annotated
 
 import torch
 
+from algorithms.core import masked_max, masked_mean
 from algorithms.ppo import PPO, Batch, Evaluation, PPOConfig
 from algorithms.schema import PositiveFloat, number_between
 
@@ -57,13 +58,14 @@ class PPOKL(PPO):
 
     def policy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """Replaced: -E[r A], the surrogate without PPO's clip."""
+        mask = minibatch.get("mask")
         log_ratio = new.log_prob - minibatch["log_probs"]
         ratio = log_ratio.exp()
-        surrogate_loss = -(ratio * new.advantages).mean()
-        with torch.no_grad():
-            stats.update(policy_loss=surrogate_loss.detach(), approx_kl=sample_kl(log_ratio),
-                         clip_fraction=((ratio - 1.0).abs() > self.cfg.clip_coef).float().mean(),  # for comparison
-                         ratio_mean=ratio.mean(), ratio_max=ratio.max())
+        surrogate_loss = -masked_mean(ratio * new.advantages, mask)
+        detached = ratio.detach()
+        stats.update(policy_loss=surrogate_loss.detach(), approx_kl=sample_kl(log_ratio.detach(), mask),
+                     clip_fraction=masked_mean(((detached - 1.0).abs() > self.cfg.clip_coef).float(), mask),
+                     ratio_mean=masked_mean(detached, mask), ratio_max=masked_max(detached, mask))  # for comparison
         return surrogate_loss
 
     def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
@@ -73,15 +75,14 @@ class PPOKL(PPO):
 
     def kl_penalty_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
         """beta * KL[pi_rollout, pi], estimated per sample as (r - 1) - log r."""
-        kl = sample_kl(new.log_prob - minibatch["log_probs"])
+        kl = sample_kl(new.log_prob - minibatch["log_probs"], minibatch.get("mask"))
         stats["kl_penalty"] = (self.kl_beta * kl).detach()
         return self.kl_beta * kl
 
     # -- beta adapts after each update ---------------------------------------------
 
-    def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        stats = super().optimize(batch, optimizer)
-        stats["kl_beta"] = self.kl_beta  # the beta this update used
+    def after_epochs(self, batch: Batch) -> dict[str, float]:
+        stats = {"kl_beta": self.kl_beta}  # the beta this update used
         with torch.no_grad():
             log_ratio = self.policy.evaluate_actor(batch["obs"], batch["actions"])[0] - batch["log_probs"]
             update_kl = float(sample_kl(log_ratio))
@@ -89,6 +90,9 @@ class PPOKL(PPO):
         self.kl_beta = adapted_beta(self.kl_beta, update_kl, self.cfg.kl_target, self.cfg.kl_tolerance,
                                     self.cfg.kl_factor)
         return stats
+
+    def loss_inputs(self) -> dict[str, float]:
+        return {"kl_beta": self.kl_beta}  # each seed adapts its own beta
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "kl_beta": self.kl_beta}
@@ -98,9 +102,9 @@ class PPOKL(PPO):
         self.kl_beta = state["kl_beta"]
 
 
-def sample_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+def sample_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """KL[pi_rollout, pi] estimated from the rollout's actions: mean of (r - 1) - log r, r = exp(log_ratio)."""
-    return (log_ratio.exp() - 1.0 - log_ratio).mean()
+    return masked_mean(log_ratio.exp() - 1.0 - log_ratio, mask)
 
 
 def adapted_beta(beta: float, kl: float, target: float, tolerance: float, factor: float) -> float:

@@ -103,7 +103,7 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
 
 
 @pytest.mark.parametrize("override,message", [
-    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=numpy, got 'torch'"),
+    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=compiled or numpy, got 'torch'"),
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
     (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with seeds=[...]"),
 ])

@@ -16,12 +16,14 @@ def test_speed_tools_measure_cleanrls_recipe_whatever_the_tuned_defaults():
 
 def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, capsys):
     out = tmp_path / "table.md"
-    seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--steps", "512", "--repeats", "1", "--out", str(out)])
+    seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--backends", "numpy", "--steps", "1024", "--repeats",
+                          "1", "--out", str(out)])
     text = out.read_text()
     assert "python -m benchmarks.speed.seed_throughput --envs CartPole --sizes 2" in text
     kernels = numerics.kernel_record()
     assert f"{numerics.MODE} numerics: torch {kernels['torch_cpu_capability']}, OpenBLAS {kernels['openblas_core']}" in text
     rows = [line for line in text.splitlines() if line.startswith("| CartPole")]
-    assert [row.split("|")[2].strip() for row in rows] == ["raw env (random actions)", "one seed alone", "batch of 2"]
+    assert [row.split("|")[2].strip() for row in rows] == ["raw env (random actions)", "one seed alone",
+                                                                "numpy: population of 2"]
     update_share = float(rows[2].split("|")[-2])
     assert 0 < update_share < 1

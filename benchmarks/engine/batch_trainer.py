@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.batched import RandomState, SeedBatch, seed_rollout
+from algorithms.population import PopulationBatch
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
@@ -347,7 +348,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
     torch.set_num_threads(cfg.torch_threads)
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
             for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
-    batch = SeedBatch([run.algorithm for run in runs], [run.randoms for run in runs])
+    # algo.backend=compiled: the torch loss over the seed axis (algorithms/population.py); numpy: the retiring
+    # hand-derived gradient (algorithms/batched.py), kept so that the runs made with it still reproduce
+    population = PopulationBatch if cfg.algo.backend == "compiled" else SeedBatch
+    batch = population([run.algorithm for run in runs], [run.randoms for run in runs])
     env_cfg = cfg.env
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
@@ -355,7 +359,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
     obs_dim, _, _, action_shape = runs[0].dims
     rollout = Rollout.allocate(num_steps, len(runs) * num_envs, obs_dim, action_shape)
     rollouts = [seed_rollout(rollout, index, num_envs) for index in range(len(runs))]
-    batched_info = {"seeds": list(cfg.seeds), "trained_together": seeds}
+    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds}
 
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):

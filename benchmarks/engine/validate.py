@@ -262,6 +262,18 @@ def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
     return errors
 
 
+def population_check(algorithm_class, algo: dict) -> list[str]:
+    """What algorithms/population.py cannot run, found on a small instance of the algorithm (its optimizer is
+    what it builds, whatever its code says): one line each, before any environment exists."""
+    from algorithms.population import population_problems
+
+    try:
+        instance = algorithm_class(3, 2, False, algo, 1)
+    except Exception:  # a config the other checks refuse; they say why
+        return []
+    return [f"algo.backend=compiled: {problem}" for problem in population_problems(instance)]
+
+
 def _cross_checks(data: dict) -> list[str]:
     errors = []
     env, algo = data["env"], data["algo"]
@@ -284,17 +296,18 @@ def _cross_checks(data: dict) -> list[str]:
     if data["seeds"] is not None and env["family"] == "rlhf":
         errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
                       f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
-    elif data["seeds"] is not None:
-        if algo["backend"] != "numpy":
-            errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=numpy, "
-                          f"got {algo['backend']!r}: add algo.backend=numpy")
-        if algo["target_kl"] is not None:
-            errors.append(f"algo.target_kl must be null with seeds=[...]: early stopping is per seed and the "
-                          f"batch steps all seeds together (got {algo['target_kl']})")
+    elif data["seeds"] is not None and algo["backend"] not in ("numpy", "compiled"):
+        errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=compiled or numpy, "
+                      f"got {algo['backend']!r}: add algo.backend=compiled")
+    if algo["backend"] == "compiled" and not errors:
+        errors += population_check(algorithm, algo)
+    if (data["seeds"] is not None or algo["backend"] == "compiled") and algo["target_kl"] is not None:
+        errors.append(f"algo.target_kl must be null with seeds=[...] or algo.backend=compiled: early stopping is per "
+                      f"seed and a population steps all its seeds together (got {algo['target_kl']})")
     if env["family"] == "rlhf":
-        if algo["backend"] != "torch":
-            errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the numpy backend computes "
-                          f"MLPs only, got {algo['backend']!r}")
+        if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
+            errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the numpy and compiled "
+                          f"backends run MLP policies only, got {algo['backend']!r}")
         if env["kwargs"]["temperature"] != env["network"]["temperature"]:
             errors.append(f"env.kwargs.temperature must equal env.network.temperature (the reference's log-probabilities "
                           f"must be of the same tempered distribution as the policy's), got {env['kwargs']['temperature']} "

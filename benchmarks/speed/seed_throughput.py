@@ -6,10 +6,13 @@
 
 Measured in one run, side by side, on one core (torch threads 1):
 - the raw env: one Gymnasium env of the task stepped with random actions (the ceiling);
-- one seed alone on the fastest single-seed path (algo.backend=numpy);
-- a batch of N seeds (N = --sizes); aggregate SPS = N x steps / (rollout + update time);
+- one seed alone on the hand-derived numpy gradient (algo.backend=numpy), the reference of `x_one_seed`;
+- a population of N seeds (N = --sizes) on each backend of --backends (compiled: PPO's torch loss over a
+  seed axis, algorithms/population.py; numpy: the hand-derived gradient with a seed axis, algorithms/batched.py);
+  aggregate SPS = N x steps / (rollout + update time);
 - with --two-processes N: two batches of N as two processes at once (both cores), their summed SPS.
-Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.speed.throughput.
+Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.speed.throughput, and so is
+every run's first iteration (where the compiled backend compiles; 10-30 s cold, a few seconds from the cache).
 Each configuration is measured --repeats times in turn (1, N1, N2, ..., 1, N1, ...) and the median kept.
 """
 
@@ -36,18 +39,23 @@ def timed_sps(run_dirs: list[Path]) -> tuple[float, float]:
     """(env steps of all runs / the training time (rollout + update) of the batch (the same for every seed),
     the update's share of that time)."""
     log = pd.read_csv(run_dirs[0] / "train.csv")
+    if len(log) < 2:
+        raise SystemExit("error: give --steps of at least two iterations (the first, which compiles, is not timed)")
+    per_iteration = int(log["env_steps"].iloc[0])
+    log = log.iloc[1:]  # the first iteration compiles: left out for every configuration
     training_time = log["rollout_time"].sum() + log["update_time"].sum()
-    return len(run_dirs) * log["env_steps"].iloc[-1] / training_time, log["update_time"].sum() / training_time
+    return len(run_dirs) * per_iteration * len(log) / training_time, log["update_time"].sum() / training_time
 
 
-def single_sps(env: str, algo: str, steps: int) -> tuple[float, float]:
+def single_sps(env: str, algo: str, steps: int, recipe: bool = True) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as root:
-        train(benchmark_config(env, algo, [], steps, "numpy"), Path(root))
+        train(benchmark_config(env, algo, [], steps, "numpy", recipe), Path(root))
         return timed_sps([Path(root)])
 
 
-def batch_sps(env: str, algo: str, steps: int, size: int) -> tuple[float, float]:
-    cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, "numpy")
+def batch_sps(env: str, algo: str, steps: int, size: int, backend: str = "numpy",
+              recipe: bool = True) -> tuple[float, float]:
+    cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, backend, recipe)
     with tempfile.TemporaryDirectory() as root:
         run_dirs = [Path(root) / f"seed{seed}" for seed in range(size)]
         train_batch(cfg, run_dirs)
@@ -88,19 +96,25 @@ def main(argv=None) -> None:
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--backends", nargs="+", default=["compiled", "numpy"], choices=["compiled", "numpy"])
+    parser.add_argument("--values", choices=["recipe", "tuned"], default="recipe",
+                        help="recipe: CleanRL's values (the speed tools' default); tuned: the tuned defaults")
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--two-processes", type=int, metavar="N", help="also two batches of N on two cores")
     args, started, load_before = parse_timing_args(parser, argv)
 
+    recipe = args.values == "recipe"
     rows = []
     for env in args.envs:
-        samples: dict[str, list[float]] = {}
+        samples: dict[str, list] = {}
         for _ in range(args.repeats):
             samples.setdefault("raw env (random actions)", []).append((raw_env_sps(env, args.steps), float("nan")))
-            samples.setdefault("one seed alone", []).append(single_sps(env, args.algo, args.steps))
-            for size in args.sizes:
-                samples.setdefault(f"batch of {size}", []).append(batch_sps(env, args.algo, args.steps, size))
+            samples.setdefault("one seed alone", []).append(single_sps(env, args.algo, args.steps, recipe))
+            for backend in args.backends:
+                for size in args.sizes:
+                    samples.setdefault(f"{backend}: population of {size}", []).append(
+                        batch_sps(env, args.algo, args.steps, size, backend, recipe))
             if args.two_processes:
                 samples.setdefault(f"2 processes x batch of {args.two_processes}", []).append(
                     two_processes_sps(env, args.algo, args.steps, args.two_processes))
@@ -113,14 +127,14 @@ def main(argv=None) -> None:
                          "fraction_of_raw_env": round(medians[name] / raw, 2),
                          "update_share": round(statistics.median(share for _, share in values), 2)})
         print(pd.DataFrame([r for r in rows if r["env"] == env]).to_string(index=False), flush=True)
-    table = print_table(rows, f"algo {args.algo}, {args.steps} env steps per seed per run, repeats {args.repeats}, "
-                              "torch threads 1")
+    table = print_table(rows, f"algo {args.algo} ({'CleanRL' if recipe else 'the tuned'} values), {args.steps} env "
+                              f"steps per seed per run, repeats {args.repeats}, torch threads 1")
     if args.out:
         write_timing_table(
-            args.out, "Many seeds in one process: aggregate throughput (issue 14)", "benchmarks.speed.seed_throughput",
+            args.out, "Many seeds in one process: aggregate throughput", "benchmarks.speed.seed_throughput",
             argv, started, load_before, None, "SPS = env steps of all seeds / (rollout + update time), one core "
-            "unless stated; `x_one_seed` = against one seed alone on the fastest single-seed path "
-            "(algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
+            "unless stated, each run's first iteration left out (it compiles); `x_one_seed` = against one seed alone on "
+            "the numpy backend's hand-derived gradient (algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
             "random actions, both measured in the same run; `update_share` = the update's share of the training time "
             "(the rest: acting, env steps, statistics).", table)
 

@@ -45,13 +45,15 @@ RECIPE = {"mujoco": ["+tuning=mujoco_shipped"], "classic": ["env_family/values@e
           "classic_continuous": ["env_family/values@env=shipped"]}
 
 
-def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch"):
+def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, backend: str = "torch",
+                     recipe: bool = True):
+    """recipe: the family's values before tuning (RECIPE); False: the tuned defaults a bare command runs."""
     family = compose_config([f"env={env}"]).env.family
     if family not in RECIPE:
         raise SystemExit(f"error: the speed tools measure MuJoCo and classic-control tasks; {env} is a "
                          f"{family} task")
     return compose_config([
-        f"env={env}", *RECIPE.get(family, []), f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}",
+        f"env={env}", *(RECIPE.get(family, []) if recipe else []), f"algo={algo}", f"algo.backend={backend}", f"total_steps={steps}",
         *overrides,
         "eval.at_start=false", f"eval.every_steps={10 * steps}", "eval.episodes=1",
         "logging.tensorboard=false", "logging.progress_bar=false", "logging.checkpoint=false",

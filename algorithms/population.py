@@ -1,0 +1,417 @@
+"""PPO's minibatch step for a population of seeds: the torch loss written once (PPO.loss_terms), its gradient by
+autograd, made fast with torch.func over a leading seed axis and torch.compile.
+
+A population is S algorithm objects of one config (one per seed). Their parameters are stacked into one
+[S, ...] tensor per parameter; the step below is a pure function of those tensors:
+
+    step(params, adam, minibatch, lr, active) -> params', adam', stats
+
+    loss      = sum of algorithm.loss_terms(...)       the algorithm's own named terms, traced once
+    grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient
+    clip      = PPO's global gradient-norm clip        (PPO detail #11)
+    adam      = Adam's update written as tensor ops    (torch.optim.Adam's formula, in its order)
+
+torch.func.vmap maps it over the seed axis and torch.compile fuses it (one compiled program for S seeds:
+the per-operation overhead that once made a hand-written numpy gradient worth keeping is paid once, not
+S times). Randomness never enters it: each seed's minibatch permutation is drawn outside from the seed's
+own generator and passed in.
+
+Minibatches have one shape for the whole run, so that the compiled program is built once: a seed's
+minibatch rows are padded to rollout size / M and masked (`mask`: 1 on the seed's own rows, 0 on
+padding), and every mean in the loss terms is a mean over the mask (algorithms/core.py masked_mean).
+`active` freezes a seed whose numbers went non-finite: its parameters and Adam moments stay as they were.
+
+A variant that changes the loss (adds or replaces a term in loss_terms) gets all of this by writing its
+terms; one that keeps per-seed numbers its loss reads (PPO-KL's beta) declares them in `loss_inputs`, so
+that they enter the program as [S] tensors instead of Python constants.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+Params = dict[str, torch.Tensor]
+# The keys a minibatch of the population step carries: PPO's loss keys and the padding mask.
+MASK = "mask"
+# cpp_wrapper: the compiled program called from C++, not a Python wrapper (measured: a third less per call at S=1)
+COMPILE_OPTIONS: dict = {"cpp_wrapper": True}
+
+
+class LossModule(nn.Module):
+    """algorithm.loss_terms as the forward of a module whose only submodule is the algorithm's policy, so that
+    torch.func.functional_call can run the algorithm's own loss code on any seed's parameters."""
+
+    def __init__(self, algorithm):
+        super().__init__()
+        self.policy = algorithm.policy
+        object.__setattr__(self, "algorithm", algorithm)  # not a module: kept out of the parameter tree
+
+    def forward(self, minibatch: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]):
+        algorithm = self.algorithm
+        with algorithm.bound_loss_inputs(inputs):
+            stats: dict[str, torch.Tensor] = {}
+            terms = algorithm.loss_terms(algorithm.evaluate_minibatch(minibatch), minibatch, stats)
+            loss = sum_in_order(terms)
+        return loss, {**stats, "loss": loss.detach()}
+
+
+def sum_in_order(terms: dict[str, torch.Tensor]) -> torch.Tensor:
+    values = iter(terms.values())
+    total = next(values)
+    for term in values:
+        total = total + term
+    return total
+
+
+def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.nn.utils.clip_grad_norm_ on a flat gradient: one norm over every parameter, one common scale."""
+    norm = torch.linalg.vector_norm(grad)
+    return grad * torch.clamp(max_norm / (norm + 1e-6), max=1.0), norm
+
+
+def adam_update(param: torch.Tensor, grad: torch.Tensor, state: dict, lr: torch.Tensor, betas: tuple[float, float],
+                eps: float) -> tuple[torch.Tensor, dict]:
+    """torch.optim.Adam's step (no weight decay, no amsgrad) on a flat parameter, written as tensor ops in torch's
+    order: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)."""
+    beta1, beta2 = betas
+    step = state["step"] + 1
+    m = state["exp_avg"] * beta1 + grad * (1 - beta1)
+    v = state["exp_avg_sq"] * beta2 + grad * grad * (1 - beta2)
+    denom = torch.sqrt(v) / torch.sqrt(1 - beta2 ** step) + eps
+    return param - (lr / (1 - beta1 ** step)) * m / denom, {"step": step, "exp_avg": m, "exp_avg_sq": v}
+
+
+class FlatLayout:
+    """Where each named parameter of a policy lives in one flat vector (a seed's row of the population's [S, P])."""
+
+    def __init__(self, policy: nn.Module):
+        self.names = [name for name, _ in policy.named_parameters()]
+        self.shapes = [tuple(p.shape) for _, p in policy.named_parameters()]
+        self.sizes = [math.prod(shape) for shape in self.shapes]
+
+    def unflatten(self, flat: torch.Tensor) -> Params:
+        pieces = torch.split(flat, self.sizes)
+        return {name: piece.view(shape) for name, piece, shape in zip(self.names, pieces, self.shapes)}
+
+    def flatten(self, policy: nn.Module) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for _, p in policy.named_parameters()])
+
+
+def pin_code_generator() -> None:
+    """Inductor's C++ vector width follows ATen's pinned kernels: where ATEN_CPU_CAPABILITY=avx2 (the suite's
+    portable numerics) the compiled program is generated for 256-bit vectors too, so that it computes the same
+    numbers on every x86-64 CPU with AVX2, as the eager kernels do."""
+    import torch._inductor.config as inductor
+
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2":
+        inductor.cpp.simdlen = 256
+
+
+def compile_mode() -> str:
+    """`compiled` unless POPULATION_COMPILE=0 or no C++ compiler is found (then eager, said once in one line)."""
+    if os.environ.get("POPULATION_COMPILE", "1") == "0":
+        return "eager"
+    import shutil
+
+    if not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
+        print("note: no C++ compiler found: the population step runs eager (the same numbers up to rounding, "
+              "slower)", file=sys.stderr)
+        return "eager"
+    pin_code_generator()
+    return "compiled"
+
+
+class CompiledOnce:
+    """torch.compile(fn) compiled on its first call and never again: a later recompilation (a guard that failed)
+    raises instead of silently compiling anew or, past dynamo's limit, running eager with other rounding."""
+
+    def __init__(self, fn: Callable, mode: str):
+        self.fn = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS) if mode == "compiled" else fn
+        self.mode, self.called = mode, False
+
+    def __call__(self, *args):
+        if self.mode != "compiled" or not self.called:
+            self.called = True
+            return self.fn(*args)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            return self.fn(*args)
+
+
+class PopulationStep:
+    """The vmapped (and compiled) minibatch step of one algorithm config over S seeds.
+
+    `template` is any algorithm object of the population: its class's loss code is traced with the seed's
+    parameters substituted (functional_call), so it must hold nothing per seed that the loss reads except
+    through loss_inputs.
+    """
+
+    def __init__(self, template, max_grad_norm: float, betas: tuple[float, float], eps: float,
+                 mode: str | None = None):
+        # A shallow copy (the same policy module and config): the loss inputs it is traced with are set on the copy
+        # only, so the run's own objects (whose PPO-KL beta adapts every update) are never read by the compiled
+        # program's guards; a guard on a changing Python number would recompile, and past the recompile limit
+        # fall back to eager, changing the rounding mid-run.
+        self.module = LossModule(copy.copy(template))
+        self.layout = FlatLayout(template.policy)
+        self.max_grad_norm, self.betas, self.eps = float(max_grad_norm), tuple(betas), float(eps)
+        self.mode = mode or compile_mode()
+        self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
+                                 self.mode)
+
+    def one_seed(self, flat: torch.Tensor, adam: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
+                 inputs: dict):
+        def loss(parameters: torch.Tensor):
+            named = {f"policy.{name}": value for name, value in self.layout.unflatten(parameters).items()}
+            return torch.func.functional_call(self.module, named, (minibatch, inputs))
+
+        grad, stats = torch.func.grad(loss, has_aux=True)(flat)
+        grad, grad_norm = clip_by_global_norm(grad, self.max_grad_norm)
+        new_flat, new_adam = adam_update(flat, grad, adam, lr, self.betas, self.eps)
+        # a stopped seed keeps its parameters and moments exactly (Adam would move it on a zero gradient)
+        new_flat = torch.where(active, new_flat, flat)
+        new_adam = {key: torch.where(active, value, adam[key]) for key, value in new_adam.items()}
+        return new_flat, new_adam, {**stats, "grad_norm": grad_norm}
+
+    def __call__(self, flat: torch.Tensor, adam: dict, minibatch: dict, lr: float, active: torch.Tensor,
+                 inputs: dict):
+        return self.step(flat, adam, minibatch, torch.tensor(lr, dtype=torch.float32), active, inputs)
+
+
+def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
+    """[S, P]: row i is seed i's parameters, flat, in named_parameters order."""
+    layout = FlatLayout(policies[0])
+    return torch.stack([layout.flatten(policy) for policy in policies])
+
+
+def adam_state_from(optimizers: list[torch.optim.Optimizer], policies: list[nn.Module]) -> dict:
+    """The population's Adam state ([S] steps, [S, P] moments) from the seeds' own torch Adam optimizers."""
+    rows = []
+    for optimizer, policy in zip(optimizers, policies):
+        states = [optimizer.state.get(param, {}) for _, param in policy.named_parameters()]
+        if not all(states):  # before the first step
+            return {"step": torch.zeros(len(policies)), "exp_avg": torch.zeros(len(policies), rows_size(policy)),
+                    "exp_avg_sq": torch.zeros(len(policies), rows_size(policy))}
+        rows.append((float(states[0]["step"]), torch.cat([s["exp_avg"].reshape(-1) for s in states]),
+                     torch.cat([s["exp_avg_sq"].reshape(-1) for s in states])))
+    return {"step": torch.tensor([row[0] for row in rows]), "exp_avg": torch.stack([row[1] for row in rows]),
+            "exp_avg_sq": torch.stack([row[2] for row in rows])}
+
+
+def rows_size(policy: nn.Module) -> int:
+    return sum(p.numel() for p in policy.parameters())
+
+
+def adam_state_to(adam: dict, optimizers: list[torch.optim.Optimizer], policies: list[nn.Module]) -> None:
+    """Row i of the population's Adam state into seed i's torch Adam (what its checkpoint records)."""
+    for index, (optimizer, policy) in enumerate(zip(optimizers, policies)):
+        if float(adam["step"][index]) == 0:
+            continue
+        layout = FlatLayout(policy)
+        exp_avg, exp_avg_sq = layout.unflatten(adam["exp_avg"][index]), layout.unflatten(adam["exp_avg_sq"][index])
+        for name, param in policy.named_parameters():
+            optimizer.state[param] = {"step": adam["step"][index].clone().reshape(()),
+                                      "exp_avg": exp_avg[name].clone(), "exp_avg_sq": exp_avg_sq[name].clone()}
+
+
+def parameters_to(flat: torch.Tensor, policies: list[nn.Module]) -> None:
+    """Row i of the population's parameters into seed i's policy (acting, evaluation and checkpoints read it)."""
+    with torch.no_grad():
+        for index, policy in enumerate(policies):
+            for name, value in FlatLayout(policy).unflatten(flat[index]).items():
+                policy.get_parameter(name).copy_(value)
+
+
+def padded_width(rollout_size: int, num_minibatches: int) -> int:
+    """Rows of every padded minibatch: the largest piece torch.tensor_split makes of a full rollout."""
+    return math.ceil(rollout_size / num_minibatches)
+
+
+# ---------------------------------------------------------------------------
+# The population: S seeds' algorithms acting and learning together
+# ---------------------------------------------------------------------------
+
+
+class PopulationBatch:
+    """S algorithm objects of one config (one per seed) acting in one call and, when their class's
+    population_update is "vectorized", updating in one compiled program (PopulationStep).
+
+    The per-seed objects stay the record: evaluation acts with seed i's own policy, checkpoints hold seed i's own
+    networks and optimizer state; the population's [S, P] parameters and Adam state are copied into them after
+    every update (parameters) and before every checkpoint (optimizer_to_seeds), and read back from them after a
+    resume (optimizer_from_seeds). Each seed draws its action noise and minibatch permutations from its own
+    generator (randoms[i].torch), in the order a population of one draws them.
+    """
+
+    def __init__(self, algorithms: list, randoms: list, mode: str | None = None):
+        self.algorithms, self.randoms = algorithms, randoms
+        first = algorithms[0]
+        self.policies = [algorithm.policy for algorithm in algorithms]
+        self.layout = FlatLayout(first.policy)
+        self.discrete = first.policy.discrete
+        self.mode = mode or compile_mode()
+        self.params = stack_parameters(self.policies)
+        self.vectorized = type(first).population_update == "vectorized"
+        self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
+        self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
+        if self.vectorized:
+            refuse_other_optimizers(algorithms)
+            cfg = first.cfg
+            group = first.optimizer.param_groups[0]
+            self.step = PopulationStep(first, cfg.max_grad_norm, group["betas"], group["eps"], mode=self.mode)
+            self.adam = adam_state_from([a.optimizer for a in algorithms], self.policies)
+
+    def __len__(self) -> int:
+        return len(self.algorithms)
+
+    # -- acting -----------------------------------------------------------------
+
+    def act_one_seed(self, flat: torch.Tensor, obs: torch.Tensor, draws: torch.Tensor):
+        return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat), (obs, draws))
+
+    def value_one_seed(self, flat: torch.Tensor, obs: torch.Tensor):
+        critic = {name.removeprefix("critic."): value for name, value in self.layout.unflatten(flat).items()
+                  if name.startswith("critic.")}
+        return torch.func.functional_call(self.policies[0].critic, critic, (obs,)).squeeze(-1)
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs)."""
+        num_envs = obs.shape[1]
+        width = self.policies[0].actor.layers[-1].out_features
+        draws = torch.empty(len(self), num_envs, width)
+        for slab, randoms in zip(draws, self.randoms):  # each seed's draws from its own generator
+            if self.discrete:
+                slab.exponential_(1, generator=randoms.torch)
+            else:
+                slab.normal_(generator=randoms.torch)
+        with torch.no_grad():
+            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), draws)
+        return action.numpy(), log_prob.numpy(), value.numpy()
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self.valuing(self.params, torch.from_numpy(obs)).numpy()
+
+    # -- learning -----------------------------------------------------------------
+
+    def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
+        """Each active seed's statistics of this update (None for a seed that stopped)."""
+        if self.vectorized:
+            stats = self.vectorized_update(rollouts, iteration, active)
+        else:
+            stats = []
+            for algorithm, rollout, randoms, on in zip(self.algorithms, rollouts, self.randoms, active):
+                with randoms:  # the seed's own streams around its own update code
+                    stats.append(algorithm.update(rollout, iteration) if on else None)
+            self.params = stack_parameters(self.policies)
+        return stats
+
+    def vectorized_update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
+        """PPO.update (annealed lr, GAE, the epochs x minibatches loop, after_epochs) for every seed at once."""
+        algorithms, first = self.algorithms, self.algorithms[0]
+        lr = first.annealed_lr(iteration)
+        batches = []
+        for algorithm, rollout in zip(algorithms, rollouts):
+            algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
+            batches.append(algorithm.flatten_rollout(rollout))
+        counts = [batch["obs"].shape[0] for batch in batches]
+        num_minibatches = first.num_minibatches(counts[0])
+        width = padded_width(rollouts[0].num_steps * rollouts[0].num_envs, num_minibatches)
+        # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
+        largest = rollouts[0].num_steps * rollouts[0].num_envs
+        stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in batches]) for key in first.loss_keys}
+        inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
+                  for name in first.loss_inputs()}
+        running = torch.tensor(active)
+        per_step = []
+        for _epoch in range(first.cfg.update_epochs):
+            rows, mask = minibatch_rows(counts, num_minibatches, width, self.randoms)  # [seeds, M, width]
+            for m in range(num_minibatches):
+                minibatch = {key: gather_rows(value, rows[:, m]) for key, value in stacked.items()}
+                minibatch[MASK] = mask[:, m]
+                self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, running, inputs)
+                per_step.append(stats)
+        parameters_to(self.params, self.policies)
+        means = {key: torch.stack([step[key] for step in per_step], dim=1) for key in per_step[0]}
+        means = {key: value.amax(dim=1) if key == "ratio_max" else value.mean(dim=1) for key, value in means.items()}
+        from algorithms.ppo import explained_variance, in_log_order
+
+        results = []
+        for index, (algorithm, batch, on) in enumerate(zip(algorithms, batches, active)):
+            if not on:
+                results.append(None)
+                continue
+            stats = in_log_order({key: float(value[index]) for key, value in means.items()})
+            stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+            with self.randoms[index]:
+                stats |= algorithm.after_epochs(batch)
+            stats["lr"] = lr
+            results.append(stats)
+        return results
+
+    def optimizer_from_seeds(self) -> None:
+        """Parameters and Adam state from the seeds' own objects (after they loaded a checkpoint)."""
+        self.params = stack_parameters(self.policies)
+        if self.vectorized:
+            self.adam = adam_state_from([a.optimizer for a in self.algorithms], self.policies)
+
+    def optimizer_to_seeds(self) -> None:
+        """Each seed's optimizer state = its row of the population's (before its checkpoint is written)."""
+        if self.vectorized:
+            adam_state_to(self.adam, [a.optimizer for a in self.algorithms], self.policies)
+
+
+def population_problems(algorithm) -> list[str]:
+    """Why a population cannot run this algorithm object (empty: it can). The vectorized update steps Adam
+    without weight decay (PPO's optimizer), so any other is refused, never trained as Adam; a variant that builds
+    another optimizer, or replaces the update loop, declares population_update = "per_seed"."""
+    kind = type(algorithm).population_update
+    if kind not in ("vectorized", "per_seed"):
+        return [f"{type(algorithm).__name__}.population_update must be \"vectorized\" or \"per_seed\", got {kind!r}"]
+    if kind == "per_seed":
+        return []
+    optimizer = algorithm.optimizer
+    group = optimizer.param_groups[0]
+    if type(optimizer) is not torch.optim.Adam or group["weight_decay"] != 0 or group.get("amsgrad"):
+        return [f"{type(algorithm).__name__} builds {type(optimizer).__name__} (weight_decay {group.get('weight_decay')}): "
+                f"the population's vectorized update steps PPO's Adam only; declare population_update = \"per_seed\" "
+                f"in the class"]
+    return []
+
+
+def refuse_other_optimizers(algorithms: list) -> None:
+    problems = population_problems(algorithms[0])
+    if problems:
+        raise ValueError(problems[0])
+
+
+def pad_rows(values: torch.Tensor, rows: int) -> torch.Tensor:
+    padding = torch.zeros((rows - values.shape[0],) + tuple(values.shape[1:]), dtype=values.dtype)
+    return torch.cat([values, padding])
+
+
+def minibatch_rows(counts: list[int], num_minibatches: int, width: int, randoms: list):
+    """Each seed's epoch: its own permutation of its valid rows (torch.randperm from its generator, as
+    PPO.run_epochs draws it), cut as torch.tensor_split cuts it (the first n mod M minibatches one row longer),
+    each minibatch padded to `width` rows. Returns row indices and the mask, both [seeds, M, width]."""
+    rows = torch.zeros(len(counts), num_minibatches, width, dtype=torch.long)
+    mask = torch.zeros(len(counts), num_minibatches, width)
+    for index, (count, seed_randoms) in enumerate(zip(counts, randoms)):
+        permutation = torch.randperm(count, generator=seed_randoms.torch)
+        for m, piece in enumerate(torch.tensor_split(permutation, num_minibatches)):
+            rows[index, m, :len(piece)] = piece
+            mask[index, m, :len(piece)] = 1.0
+    return rows, mask
+
+
+def gather_rows(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """values [seeds, rows, ...] at rows [seeds, width] -> [seeds, width, ...]."""
+    index = rows.reshape(rows.shape + (1,) * (values.dim() - 2)).expand(rows.shape + tuple(values.shape[2:]))
+    return torch.gather(values, 1, index)

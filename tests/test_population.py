@@ -1,0 +1,192 @@
+"""The population engine (algo.backend=compiled; algorithms/population.py): PPO's torch loss over a seed axis,
+autograd for its gradient, torch.compile for speed. Seed i of a population is the run it is alone (a population
+of one) up to float rounding, for every preset; a variant that only adds a loss term is vectorized with no code
+of its own; what a population cannot run is refused by its text; a killed population resumes exactly."""
+
+from __future__ import annotations
+
+import signal
+
+import pandas as pd
+import pytest
+import torch
+
+from algorithms import ALGORITHMS
+from algorithms.ppo import PPO, Batch, Evaluation
+from algorithms.population import PopulationBatch
+from benchmarks.engine.batch_trainer import train_batch
+from benchmarks.engine.trainer import compose_config, read_checkpoint, train
+from tests.test_resume import assert_same_metrics, launch, wait_for_rows
+
+PRESETS = ["ppo", "ppo_kl", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
+           "hp3o_plus"]
+
+
+def short_run(env: str, algo: str, iterations: int) -> list[str]:
+    return [f"env={env}", f"algo={algo}", "algo.backend=compiled", "env.num_envs=2", "env.num_steps=256",
+            f"total_steps={512 * iterations}", "eval.every_steps=100000", "eval.at_start=false", "eval.episodes=1",
+            "logging.progress_bar=false", "logging.tensorboard=false"]
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """The population's program run eager: the same numbers as compiled up to rounding, without compile time."""
+    monkeypatch.setenv("POPULATION_COMPILE", "0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["HalfCheetah", "CartPole"])
+@pytest.mark.parametrize("algo", PRESETS)
+def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, eager, tmp_path):
+    iterations = 2 if algo == "outer_ppo_biased" else 1  # the biased start needs a previous outer step
+    overrides = short_run(env, algo, iterations)
+    seeds = [3, 7, 11, 19]
+    train_batch(compose_config([*overrides, f"seeds={seeds}"]), [tmp_path / "population" / f"seed{s}" for s in seeds])
+    for seed in (3, 19):
+        train(compose_config([*overrides, f"seed={seed}"]), tmp_path / f"alone{seed}")  # a population of one
+        alone = read_checkpoint(tmp_path / f"alone{seed}" / "checkpoint.pt")["algorithm"]["policy"]
+        together = read_checkpoint(tmp_path / "population" / f"seed{seed}" / "checkpoint.pt")["algorithm"]["policy"]
+        for name, value in alone.items():
+            torch.testing.assert_close(together[name], value, rtol=0, atol=2e-5,
+                                       msg=lambda text: f"seed {seed}, {name}: {text}")
+        rows = [pd.read_csv(path / "train.csv").iloc[-1]
+                for path in (tmp_path / f"alone{seed}", tmp_path / "population" / f"seed{seed}")]
+        for column in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+            if column in rows[0]:
+                assert rows[1][column] == pytest.approx(rows[0][column], rel=1e-3, abs=1e-5), column
+    first, last = (read_checkpoint(tmp_path / "population" / f"seed{s}" / "checkpoint.pt")["algorithm"]["policy"]
+                   for s in (3, 19))
+    assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
+
+
+def test_a_population_of_one_takes_the_eager_torch_update(eager):
+    """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops) against PPO's
+    own eager update (torch.optim.Adam, clip_grad_norm_) on the same rollout and permutations."""
+    import copy
+
+    from algorithms.batched import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=ppo", "env=HalfCheetah", "algo.backend=torch"])
+    alone = ALGORITHMS["ppo"](17, 6, False, cfg.algo, 10)
+    member = copy.deepcopy(alone)
+    member.optimizer = member.build_optimizer()
+    rollout = synthetic_rollout(alone, 17, num_steps=200, num_envs=2)
+    rollout.valid[50, 0] = False  # a reset row: dropped, so the seed's minibatches are padded
+    torch.manual_seed(5)
+    randoms = RandomState()  # the population draws its permutations from this, PPO from the global stream
+    population = PopulationBatch([member], [randoms])
+    torch.manual_seed(5)
+    expected = alone.update(rollout, 1)
+    got = population.update([rollout], 1, [True])[0]
+    for a, b in zip(alone.policy.parameters(), member.policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=5e-6)
+    assert list(got) == list(expected)  # train.csv's columns, in its order
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+class PPOWithActionPenalty(PPO):
+    """A variant a researcher might bring: PPO plus a penalty on the squared mean action. Nothing but the term."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        terms = super().loss_terms(new, minibatch, stats)
+        head = self.policy.actor(minibatch["obs"])
+        from algorithms.core import masked_mean
+
+        penalty = masked_mean(head.pow(2).sum(-1), minibatch.get("mask"))
+        stats["action_penalty"] = penalty.detach()
+        terms["action_penalty"] = 0.1 * penalty
+        return terms
+
+
+def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypatch, tmp_path):
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
+    overrides = short_run("Pendulum", "ppo", 2)
+    train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        log = pd.read_csv(tmp_path / f"seed{seed}" / "train.csv")
+        assert len(log) == 2 and (log["action_penalty"] > 0).all()
+    summary = read_checkpoint(tmp_path / "seed0" / "checkpoint.pt")
+    assert summary["config"]["algo"]["backend"] == "compiled"
+
+    built = []
+    original = PopulationBatch.__init__
+
+    def record(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(PopulationBatch, "__init__", record)
+    train_batch(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]), [tmp_path / f"again{s}" for s in (0, 1)])
+    assert built[0].vectorized and built[0].step.mode == "compiled"  # the fast path, with no code of its own
+
+
+class PPOWithSGD(PPO):
+    """Replaces PPO's optimizer but keeps the vectorized update: a population would step Adam instead."""
+
+    def build_optimizer(self):
+        return torch.optim.SGD(self.trained_parameters(), lr=self.cfg.lr)
+
+
+def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, tmp_path):
+    """Refused at config time, in one line; the population itself refuses it too (nothing trains as Adam)."""
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithSGD)
+    cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
+    message = ("PPOWithSGD builds SGD (weight_decay 0): the population's vectorized update steps PPO's Adam only; "
+               "declare population_update = \"per_seed\" in the class")
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert str(error.value) == f"algo.backend=compiled: {message}"
+    with pytest.raises(ValueError) as error:
+        train_batch(cfg, [tmp_path / "a", tmp_path / "b"])
+    assert str(error.value) == message
+    PPOWithSGD.population_update = "per_seed"  # declared: its own update, seed by seed
+    try:
+        validate_config(cfg)
+    finally:
+        del PPOWithSGD.population_update
+
+
+@pytest.mark.slow
+def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(tmp_path):
+    overrides = ["env=CartPole", "env_family/values@env=shipped", "algo=ppo_kl", "algo.backend=compiled",
+                 "seeds=[0,1]", "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2",
+                 "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
+    reference = launch(overrides, tmp_path / "reference" / "job")  # the same command, uninterrupted
+    assert reference.wait(timeout=600) == 0
+    victim = launch(overrides, tmp_path / "killed" / "job")
+    wait_for_rows(tmp_path / "killed" / "seed1", 4, victim, timeout=300)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = launch(overrides, tmp_path / "killed" / "job")
+    _, stderr = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, stderr[-3000:]
+    assert "resuming" in stderr
+    for seed in (0, 1):
+        assert_same_metrics(tmp_path / "killed" / f"seed{seed}", tmp_path / "reference" / f"seed{seed}")
+
+
+def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, capsys):
+    import shutil
+
+    from algorithms import population
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert population.compile_mode() == "eager"
+    assert capsys.readouterr().err == ("note: no C++ compiler found: the population step runs eager (the same numbers "
+                                       "up to rounding, slower)\n")
+
+
+def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
+    import torch._inductor.config as inductor
+
+    from algorithms import population
+
+    monkeypatch.setattr(inductor.cpp, "simdlen", None)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    population.pin_code_generator()
+    assert inductor.cpp.simdlen == 256
