@@ -257,6 +257,13 @@ class PopulationBatch:
         self.layout = FlatLayout(first.policy)
         self.discrete = first.policy.discrete
         self.mode = mode or compile_mode()
+        if self.mode == "compiled":
+            # Dynamo keys its compiled programs by code object: a second population in this process (a sweep's
+            # next job, a benchmark's next run) would count as recompiles of the first's functions, and past
+            # dynamo's limit run them eager. One population trains at a time: its programs start afresh (the
+            # inductor's cache on disk still makes their compilation fast), and a limit hit raises, never falls back.
+            torch._dynamo.reset()
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
         self.vectorized = type(first).population_update == "vectorized"
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
