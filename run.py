@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.engine.validate import ConfigError, validate_config
 
@@ -26,6 +26,7 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"config error: {line}", file=sys.stderr)
+        remove_if_untouched(Path(HydraConfig.get().runtime.output_dir))
         sys.exit(2)
 
     from benchmarks.engine.logger import write_json_atomic
@@ -145,6 +146,19 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     return sum(finals.values()) / len(finals) if finals else None
 
 
+def remove_if_untouched(job_dir: Path) -> None:
+    """A refused config leaves no run directory behind: the one Hydra made for it holds nothing but its log and
+    the job mark, and goes (a directory holding anything else - an earlier run - is left as it is)."""
+    from benchmarks.engine.hydra_callbacks import JOB_MARK
+
+    if HydraConfig.get().mode == RunMode.MULTIRUN or not job_dir.is_dir():
+        return  # a sweep's end reads its jobs' directories
+    if {path.name for path in job_dir.iterdir()} <= {"run.log", JOB_MARK}:
+        for path in job_dir.iterdir():
+            path.unlink()
+        job_dir.rmdir()
+
+
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:
     """Note in the job's directory that this sweep ran it, and which seeds it holds (a batch job's runs
     are its seeds' directories), before anything can refuse or skip it."""
@@ -154,6 +168,8 @@ def mark_job(cfg: DictConfig, job_dir: Path) -> None:
 
     job_dir.mkdir(parents=True, exist_ok=True)
     seeds = OmegaConf.select(cfg, "seeds", default=None)
+    if not isinstance(seeds, ListConfig):
+        seeds = None  # one seed, or a value the validator refuses next (seeds=abc), in one line
     (job_dir / JOB_MARK).write_text(json.dumps({"seeds": OmegaConf.to_container(seeds) if seeds is not None else None}))
 
 
@@ -227,5 +243,16 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     return summary
 
 
+def refuse_a_file_as_run_directory(arguments: list[str]) -> None:
+    """hydra.run.dir / hydra.sweep.dir naming an existing file: one line, before Hydra fails making it a directory."""
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and Path(value).is_file():
+            print(f"config error: {key.lstrip('+')}={value} is a file, not a directory: give a directory",
+                  file=sys.stderr)
+            sys.exit(2)
+
+
 if __name__ == "__main__":
+    refuse_a_file_as_run_directory(sys.argv[1:])
     main()

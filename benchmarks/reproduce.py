@@ -81,6 +81,17 @@ def machine_note(run_dir: Path) -> str | None:
             f"({here['torch_cpu_capability']} kernels): float results may differ across instruction sets")
 
 
+def not_comparable_here(run_dir: Path) -> str | None:
+    """One line when no rerun on this machine can confirm the run: made with native kernels (each library picks
+    its CPU's widest), on another CPU. Bit-identity is promised across machines for portable-mode runs only."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stored = summary.get("machine") or {}
+    if numerics.base_mode(stored_numerics_mode(run_dir)) != "native" or stored.get("cpu") in (None, machine()["cpu"]):
+        return None
+    return (f"made with native kernels on {stored['cpu']}; this machine is {machine()['cpu']}: bit-identity is "
+            f"promised only for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
+
+
 def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
@@ -179,6 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         reruns = Reruns(Path(tmp), list(args.set))
         for run_dir in [d for d in args.run_dirs if d not in other_mode]:
+            elsewhere = not_comparable_here(run_dir)
+            if elsewhere:
+                print(f"{run_dir}: {elsewhere}")
+                differing += 1  # not confirmed: it does not count as reproduced
+                continue
             lines = compare_logs(run_dir, reruns.of(run_dir))
             differing += any(line.startswith("DIFF") for line in lines)
             print(f"{run_dir}:")

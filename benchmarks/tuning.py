@@ -142,7 +142,13 @@ class TuningStudy:
         self.sampler_seed, self.n_startup_trials = sampler_seed, n_startup_trials
         self.tasks, self.seeds = tasks, seeds
         if storage.startswith("sqlite:///"):
-            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            database = Path(storage.removeprefix("sqlite:///"))
+            try:
+                database.parent.mkdir(parents=True, exist_ok=True)
+                database.touch(exist_ok=True)
+            except OSError as error:
+                raise SystemExit(f"config error: hydra.sweeper.storage={storage}: cannot write the study database "
+                                 f"there ({error.strerror})") from None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         defaults = {key: OmegaConf.select(config, key) for key in self.space}
         outside = [f"{key}={value}" for key, value in defaults.items() if not within(self.space[key], value)]
@@ -318,6 +324,11 @@ def load_study(storage: str, study_name: str):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise SystemExit(f"error: no study database {storage.removeprefix('sqlite:///')}")
+    names = optuna.get_all_study_names(storage=storage)
+    if study_name not in names:
+        raise SystemExit(f"error: no study {study_name!r} in {storage} (have: {', '.join(sorted(names)) or 'none'})")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -602,6 +613,10 @@ def main(argv: list[str] | None = None) -> None:
     transfer.add_argument("--untuned", type=Path, required=True)
     transfer.add_argument("--out", type=Path, required=True, help="markdown file to write")
     args = parser.parse_args(argv)
+    if args.command in ("apply", "report"):
+        known = sorted(path.stem for path in (PROJECT_ROOT / "conf" / "tune").glob("*.yaml"))
+        if args.tune not in known:
+            parser.error(f"--tune {args.tune}: no conf/tune/{args.tune}.yaml (have: {', '.join(known)})")
     if args.command == "transfer":
         table = transfer_table(args.tuned, args.untuned)
         text = (f"# Did tuning help at the final budget?\n\nFinal evaluation return (mean over the first k seeds both "

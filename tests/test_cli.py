@@ -87,14 +87,6 @@ def test_a_budget_that_is_not_whole_iterations_says_what_it_trains(tmp_path):
     assert "note: total_steps=3000 trains 2048 env steps (1 iteration(s) of 4 envs x 512 steps)" in result.stderr
 
 
-def test_an_unknown_gymnasium_task_is_one_line_not_a_traceback(tmp_path):
-    result = run_cli("env.id=Foo-v0", f"hydra.run.dir={tmp_path}/run")
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {tmp_path}/run: Environment `Foo` doesn't exist."], result.stderr
-
-
 def snapshot(directory) -> dict:
     """Every file's bytes under a directory (the lock and job marks aside: they hold a pid and a time)."""
     return {path.relative_to(directory): path.read_bytes() for path in sorted(directory.rglob("*"))

@@ -34,7 +34,11 @@ def seed_dir(seed, seeds) -> str:
     own directory, seeds<first>-<last> (or seeds<a>_<b>_... when not consecutive), beside its seeds' seed<k>."""
     if seeds is None:
         return f"seed{seed}"
+    if isinstance(seeds, str) or not all(is_int(s) for s in seeds):
+        return "seeds-invalid"  # seeds=abc: the validator refuses it in one line before anything runs
     seeds = [int(s) for s in seeds]
+    if not seeds:
+        return "seeds-invalid"
     if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
         return f"seeds{seeds[0]}-{seeds[-1]}"
     return "seeds" + "_".join(map(str, seeds))
@@ -274,8 +278,46 @@ def population_check(algorithm_class, algo: dict) -> list[str]:
     return [f"algo.backend=compiled: {problem}" for problem in population_problems(instance)]
 
 
+def task_problems(env: dict) -> list[str]:
+    """The task must exist before a run directory or a log line does: a Gymnasium id (a module-qualified one,
+    module:Id, names the module that registers it), and the token tasks' optional dependencies installed."""
+    import importlib.util
+
+    import gymnasium
+
+    if env.get("family") == "rlhf" and importlib.util.find_spec("transformers") is None:
+        return [f"env={env['name']} (a token task) needs the [rlhf] extra, which is not installed: "
+                f"pip install -e '.[rlhf]'"]
+    env_id = env["id"]
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            return [f"env.id={env_id}: its module {module} cannot be imported ({error})"]
+    if name not in gymnasium.registry:
+        return [f"env.id must be a registered Gymnasium id (a MuJoCo v5 or classic-control id, or module:Id), "
+                f"got {env_id!r}"]
+    return []
+
+
+MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32
+
+
+def network_size_problems(algo: dict) -> list[str]:
+    """A network too large to allocate is refused before anything is built, not by the allocator's traceback."""
+    sizes = algo.get("hidden_sizes")
+    if not isinstance(sizes, list) or not all(is_int(size) and size > 0 for size in sizes):
+        return []  # its own check says why
+    weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    if weights > MAX_HIDDEN_WEIGHTS:
+        return [f"algo.hidden_sizes={sizes} gives {weights:,} weights between hidden layers per network; at most "
+                f"{MAX_HIDDEN_WEIGHTS:,} (the suite's policies are small MLPs; 64x64 is the default)"]
+    return []
+
+
 def _cross_checks(data: dict) -> list[str]:
-    errors = []
+    errors = task_problems(data["env"])
     env, algo = data["env"], data["algo"]
     rollout = env["num_envs"] * env["num_steps"]
     if data["total_steps"] < rollout:
@@ -285,6 +327,7 @@ def _cross_checks(data: dict) -> list[str]:
     if data["pause_at_steps"] is not None and not data["logging"]["checkpoint"]:
         errors.append(f"pause_at_steps={data['pause_at_steps']} needs logging.checkpoint=true: a paused run "
                       f"resumes from the checkpoint it writes there")
+    errors += network_size_problems(algo)
     algorithm = ALGORITHMS[algo["algorithm"]]
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
     if algo["backend"] == "numpy" and not algorithm.runs_on_numpy_backend():

@@ -1,0 +1,98 @@
+"""What a hostile user tries: each ends in one line naming the problem, a non-zero exit, nothing trained and no
+run directory left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *arguments], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["seeds=abc"], "config error: seeds must be null (one seed, `seed`) or a list of distinct integers in "
+                    "[0, 4294967295] trained as one batch, got 'abc'"),
+    (["algo.hidden_sizes=[100000,100000]"], "config error: algo.hidden_sizes=[100000, 100000] gives 10,000,000,000 "
+                                            "weights between hidden layers per network; at most 50,000,000"),
+    (["env.id=Foo-v0"], "config error: env.id must be a registered Gymnasium id (a MuJoCo v5 or classic-control id, "
+                        "or module:Id), got 'Foo-v0'"),
+    (["env.id=nosuchmodule:Foo-v0"], "config error: env.id=nosuchmodule:Foo-v0: its module nosuchmodule cannot be "
+                                     "imported"),
+])
+def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message, tmp_path):
+    result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run")
+    assert result.returncode == 2
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    assert "training" not in result.stdout + result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_directory_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = run_py(f"hydra.run.dir={tmp_path}/afile")
+    assert result.returncode == 2
+    assert result.stderr == f"config error: hydra.run.dir={tmp_path}/afile is a file, not a directory: give a directory\n"
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_refused_config_leaves_an_earlier_runs_directory_as_it_was(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "train.csv").write_text("env_steps\n512\n")
+    result = run_py("env.id=Foo-v0", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 2 and (run_dir / "train.csv").read_text() == "env_steps\n512\n"
+
+
+def test_a_token_task_without_its_extra_names_the_extra(monkeypatch):
+    import importlib.util
+
+    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config(["env=RLHFPraise"]))
+    assert str(error.value) == ("env=RLHFPraise (a token task) needs the [rlhf] extra, which is not installed: "
+                                "pip install -e '.[rlhf]'")
+
+
+def test_tuning_commands_name_what_does_not_exist(tmp_path):
+    report = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "nosuch"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert report.returncode == 2 and report.stderr.splitlines()[-1].startswith(
+        "python -m benchmarks.tuning: error: --tune nosuch: no conf/tune/nosuch.yaml (have: classic, mujoco")
+    apply = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "apply", "--tune", "classic", "--algo", "nosuch"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert apply.returncode == 1 and apply.stderr.startswith("error: no study 'nosuch' in sqlite:///results/tuning/"
+                                                             "classic.db (have: ")
+    storage = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo",
+                     "hydra.sweeper.storage=sqlite:////proc/nope/x.db", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert storage.returncode == 1
+    assert storage.stderr.strip().splitlines()[-1] == ("config error: hydra.sweeper.storage=sqlite:////proc/nope/x.db: "
+                                                       "cannot write the study database there (No such file or "
+                                                       "directory)")
+
+
+def test_reproduce_says_a_native_run_from_another_cpu_cannot_be_confirmed_here(tmp_path):
+    from benchmarks import reproduce
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"machine": {"cpu": "Some Other CPU 9000",
+                                                                  "numerics": {"mode": "native"}}}))
+    here = reproduce.machine()["cpu"]
+    assert reproduce.not_comparable_here(run_dir) == (
+        f"made with native kernels on Some Other CPU 9000; this machine is {here}: bit-identity is promised only "
+        f"for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
+    (run_dir / "summary.json").write_text(json.dumps({"machine": {"cpu": "Some Other CPU 9000",
+                                                                  "numerics": {"mode": "portable"}}}))
+    assert reproduce.not_comparable_here(run_dir) is None  # portable: it must reproduce anywhere
