@@ -26,7 +26,17 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"config error: {line}", file=sys.stderr)
-        remove_if_untouched(Path(HydraConfig.get().runtime.output_dir))
+        job_dir = Path(HydraConfig.get().runtime.output_dir)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            # one bad job of a sweep: recorded as failed (never over an earlier run's summary), the others go on,
+            # and the sweep's end lists it and exits non-zero (benchmarks/engine/hydra_callbacks.py)
+            if not (job_dir / "summary.json").exists():
+                from benchmarks.engine.logger import write_json_atomic
+
+                write_json_atomic(job_dir / "summary.json",
+                                  {"status": "failed", "error": "config error: " + "; ".join(str(error).splitlines())})
+            return None
+        remove_if_untouched(job_dir)
         sys.exit(2)
 
     from benchmarks.engine.logger import write_json_atomic

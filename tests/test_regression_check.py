@@ -79,13 +79,13 @@ def test_numpy_backend_learns_as_the_reference(env, tmp_path):
 def flipped_advantage_sign(monkeypatch):
     original = algorithms.ppo.clipped_policy_loss
     monkeypatch.setattr(algorithms.ppo, "clipped_policy_loss",
-                        lambda new, old, advantages, clip: original(new, old, -advantages, clip))
+                        lambda new, old, advantages, clip, mask=None: original(new, old, -advantages, clip, mask))
 
 
 def clip_range_ignored(monkeypatch):
     original = algorithms.ppo.clipped_policy_loss
     monkeypatch.setattr(algorithms.ppo, "clipped_policy_loss",
-                        lambda new, old, advantages, clip: original(new, old, advantages, float("inf")))
+                        lambda new, old, advantages, clip, mask=None: original(new, old, advantages, float("inf"), mask))
 
 
 def truncation_bootstrap_dropped(monkeypatch):
