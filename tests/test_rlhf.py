@@ -232,12 +232,16 @@ def test_a_fixed_coefficient_never_moves():
     assert penalty.coef == 0.1
 
 
-def test_whiten_rewards_scales_by_the_std_of_valid_steps_without_shifting():
+def test_whiten_rewards_is_trls_masked_whiten_without_mean_shift():
+    """TRL: whitened = (x - mean) * rsqrt(var + 1e-8) + mean over the mask, var unbiased; here by hand."""
     rewards = torch.tensor([[1.0, 3.0], [5.0, 100.0]])
     valid = torch.tensor([[True, True], [True, False]])
     whiten_rewards(rewards, valid)
-    std = torch.tensor([1.0, 3.0, 5.0]).std()
-    torch.testing.assert_close(rewards, torch.tensor([[1.0, 3.0], [5.0, 100.0]]) / (std + 1e-8))
+    mean = (1.0 + 3.0 + 5.0) / 3  # 3
+    variance = ((1 - mean) ** 2 + (3 - mean) ** 2 + (5 - mean) ** 2) / 2  # 4: Bessel's n / (n - 1)
+    expected = [[(x - mean) / math.sqrt(variance + 1e-8) + mean for x in row] for row in ([1.0, 3.0], [5.0])]
+    torch.testing.assert_close(rewards, torch.tensor([expected[0], [expected[1][0], 100.0]]))  # the reset step kept
+    assert rewards[valid].mean().item() == pytest.approx(mean)  # the mean is kept (shift_mean=False), not x / std
 
 
 def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_infos_ignored():

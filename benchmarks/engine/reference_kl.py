@@ -67,9 +67,12 @@ class ReferenceKLPenalty:
 
 
 def whiten_rewards(rewards: torch.Tensor, valid: torch.Tensor) -> None:
-    """Divide in place by the standard deviation over valid steps (TRL's whiten(..., shift_mean=False))."""
-    std = rewards[valid].std()
-    rewards.div_(std + 1e-8)
+    """TRL's masked_whiten(rewards, mask, shift_mean=False), in place over the valid steps: (x - mean) /
+    sqrt(var + 1e-8) + mean, with the unbiased variance (TRL's masked_var); reset steps are left as they are."""
+    values = rewards[valid]
+    mean = values.mean()
+    variance = ((values - mean) ** 2).mean() * (values.numel() / (values.numel() - 1))
+    rewards[valid] = (values - mean) * torch.rsqrt(variance + 1e-8) + mean
 
 
 class EpisodeInfoMeans:
