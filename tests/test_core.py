@@ -146,3 +146,47 @@ def test_reward_scaler_resets_at_episode_end_and_skips_reset_rows():
     scaler(np.array([0.0]), episode_ended=no, valid=no)  # reset row: neither counted nor decayed
     assert scaler.rms.count == count and scaler.discounted_return[0] == 0.0
     assert not math.isnan(scaler.rms.var)
+
+
+# -- PPO's schedule and early stop ----------------------------------------------------------
+
+
+def ppo_for_schedule(*overrides: str):
+    from algorithms.ppo import PPO
+    from benchmarks.engine.trainer import compose_config
+
+    cfg = compose_config(["algo=ppo", "env=CartPole", "algo.backend=torch", *overrides])
+    return PPO(4, 2, True, cfg.algo, num_iterations=10)
+
+
+def test_the_lr_anneals_linearly_to_zero_over_the_run_and_is_what_adam_steps_with():
+    from tests.test_outer_ppo import synthetic_rollout
+
+    ppo = ppo_for_schedule("algo.lr=0.001", "algo.update_epochs=1", "algo.num_minibatches=2")
+    assert [ppo.annealed_lr(i) for i in (1, 6, 10)] == pytest.approx([0.001, 0.0005, 0.0001], rel=1e-12)
+    stats = ppo.update(synthetic_rollout(ppo, obs_dim=4), iteration=6)
+    assert stats["lr"] == pytest.approx(0.0005, rel=1e-12)
+    assert ppo.optimizer.param_groups[0]["lr"] == pytest.approx(0.0005, rel=1e-12)
+    constant = ppo_for_schedule("algo.lr=0.001", "algo.anneal_lr=false")
+    assert constant.annealed_lr(10) == 0.001
+
+
+@pytest.mark.parametrize("target_kl, epochs_run", [(1e-12, 1), (None, 5)])
+def test_target_kl_stops_the_epochs_after_the_first_whose_last_minibatch_exceeds_it(target_kl, epochs_run):
+    from tests.test_outer_ppo import synthetic_rollout
+
+    ppo = ppo_for_schedule("algo.update_epochs=5", "algo.num_minibatches=4",
+                           f"algo.target_kl={'null' if target_kl is None else target_kl}")
+    steps = []
+    original = ppo.minibatch_step
+
+    def counting(minibatch, optimizer):
+        stats = original(minibatch, optimizer)
+        steps.append(float(stats["approx_kl"]))
+        return stats
+
+    ppo.minibatch_step = counting
+    ppo.update(synthetic_rollout(ppo, obs_dim=4, num_steps=32), iteration=1)
+    assert len(steps) == 4 * epochs_run
+    if target_kl is not None:
+        assert steps[3] > target_kl  # the first epoch's last minibatch: what the check reads

@@ -400,3 +400,33 @@ def test_presets_compose_and_run(preset, env_name, rollouts, tmp_path):
     restored.load_state_dict(saved)
     assert len(restored.buffer) == log["buffer_fill"].iloc[-1]
     assert len(restored.partial_episodes) == cfg.env.num_envs
+
+
+# -- which trajectory is the best --------------------------------------------------------
+
+
+def test_the_best_trajectory_is_chosen_by_the_envs_own_return_not_the_scaled_rewards():
+    """Two episodes whose scaled rewards rank them one way and raw rewards the other: the raw return decides."""
+    hp3o = make_hp3o(buffer_size=10)
+    rollout = build_rollout(8, 2, {(7, 0): "terminated", (7, 1): "terminated"}, seed=3)
+    rollout.rewards[:, 0], rollout.rewards[:, 1] = 10.0, -10.0          # env 0 looks best to the loss
+    rollout.raw_rewards[:, 0], rollout.raw_rewards[:, 1] = -1.0, 1.0    # env 1 is best in the env's own terms
+    hp3o.ingest(rollout, 1)
+    returns = [t.raw_return for t in hp3o.buffer.trajectories]
+    assert sorted(returns) == [-8.0, 8.0]
+    best = hp3o.buffer[hp3o.buffer.best_index()]
+    assert best.raw_return == 8.0 and float(best.rewards.sum()) == -80.0
+
+
+def test_the_oldest_of_tied_best_trajectories_wins_and_an_evicted_best_hands_over():
+    buffer = TrajectoryBuffer(capacity=3)
+    for ident, raw_return in ((0, 5.0), (1, 9.0), (2, 9.0)):  # 1 and 2 tie: the older, 1, is the best
+        buffer.push(make_trajectory(ident, 4, raw_return))
+    assert int(buffer[buffer.best_index()].obs[0, 0]) == 1
+    assert buffer.draw_indices(1) == [buffer.best_index()]
+    buffer.push(make_trajectory(3, 4, 1.0))  # evicts 0
+    assert int(buffer[buffer.best_index()].obs[0, 0]) == 1
+    buffer.push(make_trajectory(4, 4, 2.0))  # evicts 1, the best: the tie's other member takes over
+    assert int(buffer[buffer.best_index()].obs[0, 0]) == 2
+    buffer.push(make_trajectory(5, 4, 3.0))  # evicts 2: the best of what is left, 5
+    assert int(buffer[buffer.best_index()].obs[0, 0]) == 5
