@@ -28,10 +28,11 @@ from benchmarks.statistics import area_under_curve, probability_of_improvement
 from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
 from benchmarks.tuning import study_provenance
 
-CONTINUOUS = {"Pendulum", "MountainCarContinuous", "HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer",
-              "InvertedPendulum", "InvertedDoublePendulum", "Reacher", "Pusher"}
-MUJOCO = CONTINUOUS - {"Pendulum", "MountainCarContinuous"}
-TOKEN = {"RLHFArithmetic", "RLHFPraise"}  # the RLHF-style token tasks (docs/rlhf.md): a group of their own
+# A claim's task group, from each task's own family (env.family of its runs: conf/env_family/<family>.yaml), so a
+# task added under a family lands in its group with no list to update. classic_continuous is classic control
+# with continuous actions; every MuJoCo task is continuous; the token tasks (docs/rlhf.md) are a group of their own.
+GROUP_FAMILIES = {"mujoco": {"mujoco"}, "continuous": {"mujoco", "classic_continuous"}, "rlhf": {"rlhf"},
+                  "discrete": {"classic"}}
 # The final evaluations of the tuning (README "Tuning"), each on its family's tuned values; those present are read.
 TUNED_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
@@ -67,9 +68,13 @@ METRIC_TEXT = {
 }
 
 
-def in_group(task: str, group: str) -> bool:
-    return {"mujoco": task in MUJOCO, "continuous": task in CONTINUOUS, "rlhf": task in TOKEN,
-            "discrete": task not in CONTINUOUS and task not in TOKEN}[group]
+def task_families(runs: list[dict]) -> dict[str, str]:
+    """task -> its family, as its runs' configs record it."""
+    return {run["env"]: run["config"]["env"]["family"] for run in runs}
+
+
+def in_group(family: str, group: str) -> bool:
+    return family in GROUP_FAMILIES[group]
 
 
 def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.ndarray]:
@@ -86,7 +91,8 @@ def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.n
 
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
     scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
-    tasks = sorted(task for task, algo in scores if algo == candidate and in_group(task, group)
+    families = task_families(runs)
+    tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)
                    and (task, "ppo") in scores
                    and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS)
     if not tasks:

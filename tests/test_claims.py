@@ -6,10 +6,13 @@ import pandas as pd
 from benchmarks.claims import claims_table, measure
 
 
-def fake_run(env: str, algo: str, seed: int, final: float) -> dict:
+FAMILIES = {"Pendulum": "classic_continuous", "CartPole": "classic", "RLHFPraise": "rlhf"}  # others: mujoco
+
+
+def fake_run(env: str, algo: str, seed: int, final: float, family: str | None = None) -> dict:
     steps = [0, 50_000, 100_000]
     curve = pd.DataFrame({"env_steps": steps, "eval_return_mean": [0.0, final / 2, final]})
-    family = "classic_continuous" if env == "Pendulum" else "mujoco"
+    family = family or FAMILIES.get(env, "mujoco")
     config = {"env": {"name": env, "family": family, "hparams": {}}, "algo": {"name": algo}}  # no tuned values
     return {"env": env, "algo": algo, "seed": seed, "env_steps": steps[-1], "eval": curve, "config": config}
 
@@ -75,3 +78,29 @@ def test_tasks_of_two_families_name_each_familys_study(monkeypatch):
     monkeypatch.setattr(claims, "study_provenance", lambda config: None if config["env"]["family"] == "mujoco"
                         else studies["classic_continuous"])
     assert claims.tuning_of(runs) is None  # one untuned family makes the group untuned
+
+
+def test_a_task_lands_in_the_group_of_its_own_family_with_no_list_to_update():
+    """A MuJoCo task the suite never heard of (added as docs/extending.md says, under env_family mujoco) counts as
+    MuJoCo and continuous control, never as discrete; a new classic task with discrete actions counts as discrete."""
+    runs = [fake_run("Swimmer2", algo, s, (2.0 if algo == "hp3o" else 1.0) + s) for algo in ("ppo", "hp3o")
+            for s in range(3)]
+    runs += [fake_run("LunarLander", algo, s, (2.0 if algo == "hp3o" else 1.0) + s, family="classic")
+             for algo in ("ppo", "hp3o") for s in range(3)]
+    assert measure(runs, "hp3o", "mujoco", "final")["tasks"] == "Swimmer2"
+    assert measure(runs, "hp3o", "continuous", "final")["tasks"] == "Swimmer2"
+    assert measure(runs, "hp3o", "discrete", "final")["tasks"] == "LunarLander"
+
+
+def test_the_committed_claims_table_regenerates_byte_for_byte_from_the_committed_runs(tmp_path):
+    """No training: benchmarks.claims over the committed tuned suites writes what results/tables holds."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "benchmarks.claims", "--out", str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in ("claims.md", "claims.csv"):
+        assert (tmp_path / name).read_bytes() == (ROOT / "results" / "tables" / name).read_bytes(), name
