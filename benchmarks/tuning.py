@@ -229,7 +229,7 @@ class TuningStudy:
             from benchmarks.engine.validate import seed_dir
 
             seeds = ",".join(map(str, self.seeds))
-            return [[*arguments, f"env={task}", f"seeds=[{seeds}]", "algo.backend=numpy", *values, *pause,
+            return [[*arguments, f"env={task}", f"seeds=[{seeds}]", *values, *pause,
                      f"hydra.sweep.subdir={trial_dir(trial)}/{task}/{seed_dir(None, self.seeds)}"]
                     for task in self.tasks]
         return [[*arguments, f"env={task}", f"seed={seed}", *values, *pause,

@@ -1,0 +1,151 @@
+"""Does my variant beat PPO? The whole protocol for one preset, in one command, resumable.
+
+    python -m benchmarks.verdict --algo ppo_kl --tune mujoco_1m --suite mujoco_1m -- hydra/launcher=joblib hydra.launcher.n_jobs=2
+    python -m benchmarks.verdict --algo ppo_kl --tune classic --suite classic_tuned -- hydra/launcher=submitit_slurm ...
+
+1. its study, at the family's tuning budget (conf/tune/<tune>.yaml: the same tasks, seeds, trials or env-step
+   budget and pruner every preset's study has), on top of the family's tuned PPO core;
+2. its final evaluation on the suite's fresh seeds and tasks (conf/experiment/<suite>.yaml), with the study's
+   best values given as overrides (conf/ is not edited; `python -m benchmarks.tuning apply` makes them the
+   family's default), and PPO's runs of the same suite (complete ones, committed or not, are skipped);
+3. the comparison: for each task group of the suite, P(preset > PPO) on the final return and on the area under
+   the evaluation curve with 95% stratified-bootstrap intervals, and the seed-std ratio (benchmarks.claims'
+   measures), printed and written with the preset-vs-PPO figures under results/verdicts/<algo>_<suite>/.
+
+Every step is the suite's own command, run as a subprocess; each skips what is complete and resumes the rest,
+so rerunning this command after a kill goes on where it stopped. Arguments after `--` go to every run.py call
+(a launcher, or overrides that shrink the protocol for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
+from benchmarks.runs import load_runs
+from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, tune_config
+
+METRICS = ("final", "auc", "std")
+
+
+def run(command: list[str]) -> None:
+    print("+ " + " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=PROJECT_ROOT)
+    if result.returncode != 0:
+        raise SystemExit(f"error: step failed (exit {result.returncode}): {' '.join(command)}; rerun this command "
+                         f"to resume it")
+
+
+def best_overrides(tune: str, algo: str, study_args: list[str]) -> list[str]:
+    """The study's best trial's values, as run.py overrides (the storage given in study_args, else the round's)."""
+    storage = given(study_args, "hydra.sweeper.storage") or tune_config(tune)["hydra"]["sweeper"]["storage"]
+    study = load_study(storage, algo)
+    if not any(t.state.name == "COMPLETE" for t in study.trials):
+        raise SystemExit(f"error: study {algo} of --tune {tune} has no complete trial: rerun to go on with it")
+    return [f"{key}={override_value(value)}" for key, value in study.best_trial.params.items()]
+
+
+def given(arguments: list[str], key: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in arguments if a.split("=", 1)[0].lstrip("+") == key]
+    return values[-1] if values else None
+
+
+def suite_dir(suite: str, suite_args: list[str]) -> Path:
+    """Where the suite's runs go: its experiment's hydra.sweep.dir, or the one given."""
+    if given(suite_args, "hydra.sweep.dir"):
+        return Path(given(suite_args, "hydra.sweep.dir"))
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        config = compose("config", overrides=[f"+experiment={suite}"], return_hydra_config=True)
+    return PROJECT_ROOT / config.hydra.sweep.dir
+
+
+def candidate_backend(algo: str) -> list[str]:
+    """The fastest backend that computes the preset's own loss: numpy's hand-derived gradient computes PPO's
+    only, so a preset that changes the loss trains on the compiled population engine (the same math)."""
+    from algorithms import ALGORITHMS
+    from benchmarks.engine.trainer import compose_config
+
+    kind = compose_config([f"algo={algo}"]).algo.algorithm
+    return [] if ALGORITHMS[kind].runs_on_numpy_backend() else ["algo.backend=compiled"]
+
+
+def comparison(runs: list[dict], algo: str) -> pd.DataFrame:
+    families = set(task_families(runs).values())
+    rows = []
+    for group, members in GROUP_FAMILIES.items():
+        if not families & members:
+            continue
+        for metric in METRICS:
+            row = measure(runs, algo, group, metric)
+            if row is not None:
+                rows.append({"group": group, "metric": METRIC_TEXT[metric], **{k: row[k] for k in
+                             ("tasks", "seeds", "env_steps", "value", "ci_low", "ci_high", "per_task")},
+                             "verdict": verdict(row, metric), "tuning": row["tuning"]})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    common = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", required=True, help="the preset (conf/algo/<algo>.yaml)")
+    parser.add_argument("--tune", required=True, help="the family's tuning round (conf/tune/<tune>.yaml)")
+    parser.add_argument("--suite", required=True, help="the final evaluation (conf/experiment/<suite>.yaml)")
+    parser.add_argument("--study-args", default="", help="overrides for the study's run.py call only (quoted)")
+    parser.add_argument("--suite-args", default="", help="overrides for the final evaluation's calls only (quoted)")
+    parser.add_argument("--out", type=Path, help="where the verdict goes (default results/verdicts/<algo>_<suite>)")
+    args = parser.parse_args(argv)
+    for kind, name in (("algo", args.algo), ("tune", args.tune), ("experiment", args.suite)):
+        if not (PROJECT_ROOT / "conf" / kind / f"{name}.yaml").is_file():
+            parser.error(f"no conf/{kind}/{name}.yaml")
+    study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
+    python = [sys.executable, str(PROJECT_ROOT / "run.py")]
+    backend = candidate_backend(args.algo)
+
+    print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)
+    run([*python, "-m", "hydra/sweeper=tune", f"+tune={args.tune}", f"algo={args.algo}", *backend, *study_args])
+    values = best_overrides(args.tune, args.algo, study_args)
+    print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
+
+    print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} and ppo", flush=True)
+    run([*python, "-m", f"+experiment={args.suite}", f"algo={args.algo}", *backend, *values, *suite_args])
+    run([*python, "-m", f"+experiment={args.suite}", "algo=ppo", *suite_args])
+
+    print(f"== 3/3: {args.algo} against ppo", flush=True)
+    root = suite_dir(args.suite, suite_args)
+    runs = [r for r in load_runs(root) if r["algo"] in (args.algo, "ppo")]
+    table = comparison(runs, args.algo)
+    if table.empty:
+        raise SystemExit(f"error: no task of {root} has enough complete seeds of both {args.algo} and ppo")
+    out = args.out or PROJECT_ROOT / "results" / "verdicts" / f"{args.algo}_{args.suite}"
+    out.mkdir(parents=True, exist_ok=True)
+    from benchmarks.report import plot_versus_ppo
+
+    figures = plot_versus_ppo(runs, f"{args.algo}_{args.suite}", out)
+    command = shlex.join(["python", "-m", "benchmarks.verdict", *argv, *(["--", *common] if common else [])])
+    text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: the study of conf/tune/{args.tune}.yaml, the final "
+            f"evaluation of conf/experiment/{args.suite}.yaml, with the study's best values "
+            f"{' '.join(f'`{v}`' for v in values) or '(none)'}. P(...) is rliable's probability of improvement over "
+            f"tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
+            + table.drop(columns=["tuning"]).to_markdown(index=False, floatfmt=".3f")
+            + f"\n\nTuning: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")
+    (out / "verdict.md").write_text(text)
+    table.to_csv(out / "verdict.csv", index=False)
+    print(table.drop(columns=["tuning", "per_task"]).to_string(index=False))
+    print(f"wrote {out / 'verdict.md'}")
+
+
+if __name__ == "__main__":
+    main()

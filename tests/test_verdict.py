@@ -1,0 +1,45 @@
+"""`python -m benchmarks.verdict`: a preset's whole protocol (study, final evaluation beside PPO, comparison) in
+one command, on a tiny budget; rerun, it trains nothing more."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import optuna
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow
+def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
+    command = [sys.executable, "-m", "benchmarks.verdict", "--algo", "ppo_kl", "--tune", "classic", "--suite",
+               "classic_tuned",
+               "--study-args", f"total_steps=1024 eval.every_steps=512 eval.episodes=1 hydra.sweeper.n_trials=2 "
+                               f"hydra.sweeper.trials_per_batch=2 hydra.sweeper.tasks=[CartPole] "
+                               f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db hydra.sweep.dir={tmp_path}/tuning",
+               "--suite-args", f"env=CartPole seeds=[0,1,2] total_steps=1024 eval.every_steps=512 eval.episodes=1 "
+                               f"hydra.sweep.dir={tmp_path}/suite",
+               "--out", str(tmp_path / "verdict"), "--", "logging.tensorboard=false"]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    study = optuna.load_study(study_name="ppo_kl", storage=f"sqlite:///{tmp_path}/study.db")
+    assert len(study.trials) == 2 and study.best_trial.params.keys() == {"algo.kl_target", "algo.kl_beta_init"}
+    table = pd.read_csv(tmp_path / "verdict" / "verdict.csv")
+    assert list(table["group"]) == ["discrete"] * 3 and (table["seeds"] == 3).all()
+    assert table["tasks"].iloc[0] == "CartPole*"  # a tuning task, marked
+    for seed in (0, 1, 2):  # the candidate ran with the study's best values, on the engine that computes its loss
+        config = pd.read_json(tmp_path / "suite" / "CartPole" / "ppo_kl" / f"seed{seed}" / "summary.json",
+                              typ="series")["config"]
+        assert config["algo"]["kl_target"] == pytest.approx(study.best_trial.params["algo.kl_target"])
+        assert config["algo"]["backend"] == "compiled"
+    text = (tmp_path / "verdict" / "verdict.md").read_text()
+    assert text.startswith("# Does ppo_kl beat PPO?") and "P(final eval return > PPO's)" in text
+    assert (tmp_path / "verdict" / "ppo_kl_classic_tuned_CartPole_vs_ppo.png").stat().st_size > 10_000
+
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "tuning ppo_kl: trial(s)" not in again.stdout + again.stderr  # the study asks no trial again
+    assert (again.stdout + again.stderr).count("already complete, skipped") == 6
