@@ -10,7 +10,8 @@
    family's default), and PPO's runs of the same suite (complete ones, committed or not, are skipped);
 3. the comparison: for each task group of the suite, P(preset > PPO) on the final return and on the area under
    the evaluation curve with 95% stratified-bootstrap intervals, and the seed-std ratio (benchmarks.claims'
-   measures), printed and written with the preset-vs-PPO figures under results/verdicts/<algo>_<suite>/.
+   measures), printed and written with the preset-vs-PPO figures under results/verdicts/<algo>_<suite>/, the
+   candidate's runs in its runs/ (the suite's own directory keeps only what its experiment command makes).
 
 Every step is the suite's own command, run as a subprocess; each skips what is complete and resumes the rest,
 so rerunning this command after a kill goes on where it stopped. Arguments after `--` go to every run.py call
@@ -119,17 +120,23 @@ def main(argv: list[str] | None = None) -> None:
     values = best_overrides(args.tune, args.algo, study_args)
     print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
 
-    print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} and ppo", flush=True)
-    run([*python, "-m", f"+experiment={args.suite}", f"algo={args.algo}", *backend, *values, *suite_args])
+    # The candidate's runs go to the verdict's own directory (a suite's directory holds what its experiment command
+    # makes); PPO's are the suite's own (complete ones, committed or not, are skipped).
+    out = args.out or PROJECT_ROOT / "results" / "verdicts" / f"{args.algo}_{args.suite}"
+    root = suite_dir(args.suite, suite_args)
+    print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} into {out / 'runs'}, "
+          f"ppo into {root}", flush=True)
+    run([*python, "-m", f"+experiment={args.suite}", f"algo={args.algo}", *backend, *values, *suite_args,
+         f"hydra.sweep.dir={out / 'runs'}"])
     run([*python, "-m", f"+experiment={args.suite}", "algo=ppo", *suite_args])
 
     print(f"== 3/3: {args.algo} against ppo", flush=True)
-    root = suite_dir(args.suite, suite_args)
-    runs = [r for r in load_runs(root) if r["algo"] in (args.algo, "ppo")]
+    runs = [r for r in load_runs(out / "runs") if r["algo"] == args.algo]
+    runs += [r for r in load_runs(root) if r["algo"] == "ppo"]
     table = comparison(runs, args.algo)
     if table.empty:
-        raise SystemExit(f"error: no task of {root} has enough complete seeds of both {args.algo} and ppo")
-    out = args.out or PROJECT_ROOT / "results" / "verdicts" / f"{args.algo}_{args.suite}"
+        raise SystemExit(f"error: no task has enough complete seeds of both {args.algo} ({out / 'runs'}) and ppo "
+                         f"({root})")
     out.mkdir(parents=True, exist_ok=True)
     from benchmarks.report import plot_versus_ppo
 

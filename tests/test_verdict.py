@@ -31,7 +31,7 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     assert list(table["group"]) == ["discrete"] * 3 and (table["seeds"] == 3).all()
     assert table["tasks"].iloc[0] == "CartPole*"  # a tuning task, marked
     for seed in (0, 1, 2):  # the candidate ran with the study's best values, on the engine that computes its loss
-        config = pd.read_json(tmp_path / "suite" / "CartPole" / "ppo_kl" / f"seed{seed}" / "summary.json",
+        config = pd.read_json(tmp_path / "verdict" / "runs" / "CartPole" / "ppo_kl" / f"seed{seed}" / "summary.json",
                               typ="series")["config"]
         assert config["algo"]["kl_target"] == pytest.approx(study.best_trial.params["algo.kl_target"])
         assert config["algo"]["backend"] == "compiled"
