@@ -43,14 +43,17 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
     for name in COMPARED_LOGS:
         stored, new = read_csv_complete_rows(stored_dir / name), read_csv_complete_rows(new_dir / name)
         columns = [c for c in stored.columns if c not in TIMING_COLUMNS]
-        if set(new.columns) != set(stored.columns) or len(new) != len(stored):
+        # a statistic logged since the run was made (a column only the rerun has) changes no stored number
+        added = [c for c in new.columns if c not in stored.columns]
+        if not set(stored.columns) <= set(new.columns) or len(new) != len(stored):
             lines.append(f"DIFF {name}: stored {len(stored)} rows x {list(stored.columns)}, "
                          f"rerun {len(new)} rows x {list(new.columns)}")
             continue
         a, b = stored[columns].to_numpy(float), new[columns].to_numpy(float)
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         if same.all():
-            lines.append(f"same {name}: {len(stored)} rows, every number identical")
+            lines.append(f"same {name}: {len(stored)} rows, every number identical"
+                         + (f" (the rerun also logs {', '.join(added)}, added since)" if added else ""))
             continue
         row, col = np.argwhere(~same)[0]
         with np.errstate(divide="ignore", invalid="ignore"):

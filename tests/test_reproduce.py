@@ -106,3 +106,21 @@ def test_a_suite_directory_gives_its_runs_or_one_per_preset(make_config, tmp_pat
                                                            suite / "CartPole" / "ppo" / "seed1"]
     run = suite / "CartPole" / "ppo" / "seed0"
     assert runs_to_check([run, suite], one_per_preset=True)[0] == run  # a run directory is taken as it is
+
+
+def test_a_statistic_logged_since_is_no_difference_but_a_lost_or_changed_one_is(tmp_path):
+    import pandas as pd
+
+    from benchmarks.reproduce import COMPARED_LOGS, compare_logs
+
+    stored, rerun = tmp_path / "stored", tmp_path / "rerun"
+    for directory, extra in ((stored, {}), (rerun, {"outer_sigma_eff": [1.0, 1.0]})):
+        directory.mkdir()
+        for name in COMPARED_LOGS:
+            pd.DataFrame({"env_steps": [512, 1024], "loss": [0.5, 0.25], **extra}).to_csv(directory / name, index=False)
+    lines = compare_logs(stored, rerun)
+    assert all(line.startswith("same") and "added since" in line for line in lines), lines
+    assert all(line.startswith("DIFF") for line in compare_logs(rerun, stored))  # a column the rerun lost
+    pd.DataFrame({"env_steps": [512, 1024], "loss": [0.5, 0.26], "outer_sigma_eff": [1.0, 1.0]}).to_csv(
+        rerun / COMPARED_LOGS[0], index=False)
+    assert compare_logs(stored, rerun)[0].startswith("DIFF")
