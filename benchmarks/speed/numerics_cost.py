@@ -89,7 +89,7 @@ def main(argv=None) -> None:
                               "one child process per run")
     if args.out:
         write_timing_table(
-            args.out, "Cost of portable numerics (issue 15)", __spec__.name, argv, started, load_before,
+            args.out, "Cost of portable numerics", __spec__.name, argv, started, load_before,
             "the runs themselves load one core", "SPS = env steps / (rollout + update time), one child process "
             "per run in its kernel mode, modes alternating; `vs_native` = median SPS relative to native kernels; "
             "`-8seeds`: 8 seeds in one process (`seeds=[0,...,7]`), SPS summed over the seeds.",

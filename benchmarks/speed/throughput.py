@@ -137,7 +137,7 @@ def main(argv=None) -> None:
     table = print_table(rows, f"steps per run: {args.steps}, repeats: {args.repeats}, torch threads: 1")
     if args.out:
         write_timing_table(
-            args.out, "Training throughput (issue 7)", "benchmarks.speed.throughput", argv, started, load_before,
+            args.out, "Training throughput", "benchmarks.speed.throughput", argv, started, load_before,
             "the runs themselves load one core", "SPS = env steps / (rollout + update time) for this suite, env "
             "steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios of medians compare "
             "implementations under the same machine conditions. `vs_ppo_time_per_step` = wall time per env step "
