@@ -174,3 +174,18 @@ def test_clear_drop_is_a_regression_and_noise_is_not():
     # An improvement is never a regression.
     better = compare(reference, synthetic_runs([200.0, 210.0, 190.0]), ALPHA, MIN_EFFECT, RESAMPLES)
     assert (better["verdict"] == "ok").all()
+
+
+def test_the_command_fails_when_one_cells_curves_lose_their_progress(tmp_path, capsys):
+    """The reference against a copy of itself in which CartPole/ppo never learns: that cell alone is a REGRESSION."""
+    import shutil
+
+    candidate = tmp_path / "candidate"
+    shutil.copytree(REFERENCE, candidate)
+    for eval_csv in (candidate / "CartPole" / "ppo").rglob("eval.csv"):
+        curve = pd.read_csv(eval_csv)
+        curve["eval_return_mean"] = curve["eval_return_mean"].iloc[0]  # flat at the untrained policy's return
+        curve.to_csv(eval_csv, index=False)
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(candidate)]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "REGRESSION" in line]
+    assert lines and all(line.split()[:2] == ["CartPole", "ppo"] for line in lines), lines
