@@ -33,7 +33,7 @@ from benchmarks.tuning import study_provenance
 # with continuous actions; every MuJoCo task is continuous; the token tasks (docs/rlhf.md) are a group of their own.
 GROUP_FAMILIES = {"mujoco": {"mujoco"}, "continuous": {"mujoco", "classic_continuous"}, "rlhf": {"rlhf"},
                   "discrete": {"classic"}}
-# The final evaluations of the tuning (README "Tuning"), each on its family's tuned values; those present are read.
+# The final evaluations of the tuning (docs/guide.md "Tuning"), each on its family's tuned values; those present are read.
 TUNED_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
