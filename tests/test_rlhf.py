@@ -367,3 +367,16 @@ def test_trl_reads_the_reward_model_as_the_env_pays_it():
     with torch.inference_mode():
         _, score, _ = get_reward(model, torch.as_tensor(final_obs).long(), 0, PRAISE.prompt_tokens)
     np.testing.assert_allclose(score.numpy(), reward, rtol=1e-5)
+
+
+def test_building_a_model_leaves_the_process_torch_stream_as_it_was():
+    # A run that builds the reference or reward model on its first start must draw the same numbers as one that
+    # finds them cached (a fresh machine's first run and its resume otherwise differ from the first update on).
+    from benchmarks.rlhf.models import one_thread_seeded
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    with one_thread_seeded(0):
+        torch.rand(5)
+    np.testing.assert_array_equal(torch.rand(3).numpy(), expected.numpy())

@@ -110,13 +110,16 @@ def padded(rows: list[list[int]], length: int) -> torch.Tensor:
 
 @contextmanager
 def one_thread_seeded(seed: int):
+    """A build's own seed and one thread; the process's torch stream is restored after, so that a run which
+    builds a model on its first start draws the same numbers as a run that finds it in the cache."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    try:
-        yield np.random.default_rng(seed)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            yield np.random.default_rng(seed)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def train_reference(task: Task, tokenizer, out_dir: Path) -> dict:
