@@ -190,3 +190,28 @@ def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     population.pin_code_generator()
     assert inductor.cpp.simdlen == 256
+
+
+def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises():
+    # What a program reads as a Python number is compiled in as a constant; inside a block the guards that would
+    # notice a change are skipped after the first call, and the next block's first call checks them and raises
+    # rather than recompiling (a per-seed number that changes belongs in loss_inputs, as a tensor).
+    from algorithms.population import CompiledOnce, UncheckedCalls, compile_mode
+
+    if compile_mode() != "compiled":
+        pytest.skip("no C++ compiler: programs run eager")
+    scale = {"value": 2.0}
+    program = CompiledOnce(lambda x: x * scale["value"], "compiled")
+    x = torch.ones(3)
+    assert program(x).tolist() == [2.0] * 3
+    with UncheckedCalls([program]):
+        assert program(x).tolist() == [2.0] * 3   # checked: the guards hold
+        scale["value"] = 3.0
+        assert program(x).tolist() == [2.0] * 3   # unchecked: the constant it was compiled with
+    with pytest.raises(Exception, match="[Rr]ecompil"):
+        with UncheckedCalls([program]):
+            program(x)                            # the block's first call checks, and refuses to recompile
+    scale["value"] = 2.0
+    with pytest.raises(Exception, match="[Rr]ecompil"):
+        program(x * 1)                            # outside a block every call is checked
+        program(torch.ones(4))                    # another shape: a recompile

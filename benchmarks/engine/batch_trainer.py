@@ -332,6 +332,10 @@ def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     return chosen
 
 
+def unchecked_calls(batch):
+    return batch.unchecked_calls() if hasattr(batch, "unchecked_calls") else contextlib.nullcontext()
+
+
 def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None) -> list[dict]:
     """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
     run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone)."""
@@ -399,29 +403,31 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                 active = np.array([run.active for run in runs])
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
-                for t in range(num_steps):
-                    valid = ~episode_ended & active[:, None]
-                    action, log_prob, value = batch.act(obs)
-                    obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
-                    valid_np[t] = valid
-                    ended = lockstep_envs.step(action, active, raw_obs)
-                    episode_ended = lockstep_envs.terminated | lockstep_envs.truncated
-                    raw_rewards_np[t] = lockstep_envs.rewards
-                    rewards_np[t] = statistics.scale(lockstep_envs.rewards, episode_ended, valid)
-                    terminated_np[t], truncated_np[t] = lockstep_envs.terminated, lockstep_envs.truncated
-                    obs = statistics.normalize(raw_obs, active)
-                    if ended.any():
-                        for index, j in zip(*np.nonzero(ended)):
-                            runs[index].episode_returns.append(float(lockstep_envs.episode_returns[index, j]))
-                            runs[index].episode_lengths.append(int(lockstep_envs.episode_lengths[index, j]))
-                # V(obs after the last row), the bootstrap of every seed's rollout
-                rollout.next_value.copy_(torch.from_numpy(batch.value(obs).reshape(-1)))
+                with unchecked_calls(batch):  # guards checked on each program's first call of the rollout
+                    for t in range(num_steps):
+                        valid = ~episode_ended & active[:, None]
+                        action, log_prob, value = batch.act(obs)
+                        obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
+                        valid_np[t] = valid
+                        ended = lockstep_envs.step(action, active, raw_obs)
+                        episode_ended = lockstep_envs.terminated | lockstep_envs.truncated
+                        raw_rewards_np[t] = lockstep_envs.rewards
+                        rewards_np[t] = statistics.scale(lockstep_envs.rewards, episode_ended, valid)
+                        terminated_np[t], truncated_np[t] = lockstep_envs.terminated, lockstep_envs.truncated
+                        obs = statistics.normalize(raw_obs, active)
+                        if ended.any():
+                            for index, j in zip(*np.nonzero(ended)):
+                                runs[index].episode_returns.append(float(lockstep_envs.episode_returns[index, j]))
+                                runs[index].episode_lengths.append(int(lockstep_envs.episode_lengths[index, j]))
+                    # V(obs after the last row), the bootstrap of every seed's rollout
+                    rollout.next_value.copy_(torch.from_numpy(batch.value(obs).reshape(-1)))
                 # the per-seed objects are what evaluation and checkpoints read
                 statistics.to_seeds()
                 for index, run in enumerate(runs):
                     run.obs, run.episode_ended = obs[index], episode_ended[index]
                 update_start = time.perf_counter()
-                all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
+                with unchecked_calls(batch):
+                    all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
                 now = time.perf_counter()
                 interrupted = signals.received is not None
                 for run, stats in zip(runs, all_stats):
