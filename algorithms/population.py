@@ -301,6 +301,7 @@ class PopulationBatch:
             torch._dynamo.reset()
             torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
+        self.draws = None  # [seeds, envs, width]: each act call's noise, allocated on the first
         self.vectorized = type(first).population_update == "vectorized"
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
@@ -330,16 +331,17 @@ class PopulationBatch:
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs)."""
-        num_envs = obs.shape[1]
-        width = self.policies[0].actor.layers[-1].out_features
-        draws = torch.empty(len(self), num_envs, width)
-        for slab, randoms in zip(draws, self.randoms):  # each seed's draws from its own generator
+        if self.draws is None or self.draws.shape[1] != obs.shape[1]:
+            width = self.policies[0].actor.layers[-1].out_features
+            self.draws = torch.empty(len(self), obs.shape[1], width)  # refilled every call: one shape, one program
+            self.slabs = list(zip(self.draws, self.randoms))
+        for slab, randoms in self.slabs:  # each seed's draws from its own generator
             if self.discrete:
                 slab.exponential_(1, generator=randoms.torch)
             else:
                 slab.normal_(generator=randoms.torch)
         with torch.no_grad():
-            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), draws)
+            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), self.draws)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
