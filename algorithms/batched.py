@@ -40,6 +40,7 @@ from torch import nn
 
 from algorithms.core import LOG_SQRT_2PI, Rollout, compute_gae, make_optimizer
 from algorithms.numpy_backend import inside, log_softmax, min_branch_weight
+from algorithms.population import population_problems
 from algorithms.ppo import PPO, LOSS_KEYS, explained_variance
 
 
@@ -125,8 +126,10 @@ class SeedBatch:
         self.actor_logstd = None if self.discrete else views[-1]
         self.actor_logstd_grad = None if self.discrete else grad_views[-1]
         # PPO's own update is batched; any other algorithm's runs seed by seed.
+        # (population_problems: the capability the compiled population reads - another optimizer, or an undeclared
+        # override of the update loop, trains seed by seed with the class's own code, never as PPO's Adam)
         self.batched_update = all(type(a).update is PPO.update and a.runs_on_numpy_backend()
-                                  and type(a).optimize is PPO.optimize
+                                  and type(a).optimize is PPO.optimize and not population_problems(a)
                                   and type(a).flatten_rollout is PPO.flatten_rollout for a in algorithms)
         if self.batched_update:
             # One Adam over the [seeds, parameters] array: elementwise, so it is every seed's own Adam

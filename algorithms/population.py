@@ -417,19 +417,45 @@ class PopulationBatch:
             adam_state_to(self.adam, [a.optimizer for a in self.algorithms], self.policies)
 
 
+# PPO's methods whose code the vectorized update does not run (it runs the algorithm's loss_terms,
+# evaluate_minibatch, flatten_rollout, num_minibatches, after_epochs and annealed_lr, and steps Adam itself).
+UPDATE_LOOP_METHODS = ("update", "optimize", "run_epochs", "minibatch_step")
+
+
+def undeclared_overrides(cls) -> list[str]:
+    """The update-loop methods `cls` overrides below the class that declared its population_update: code a
+    vectorized population would skip without anyone having said it may (the declaration is the capability)."""
+    from algorithms.ppo import PPO
+
+    declarer = next(klass for klass in cls.__mro__ if "population_update" in vars(klass))
+    overridden = []
+    for method in UPDATE_LOOP_METHODS:
+        definer = next(klass for klass in cls.__mro__ if method in vars(klass))
+        if definer is not PPO and definer is not declarer and issubclass(definer, declarer):
+            overridden.append(method)
+    return overridden
+
+
 def population_problems(algorithm) -> list[str]:
-    """Why a population cannot run this algorithm object (empty: it can). The vectorized update steps Adam
-    without weight decay (PPO's optimizer), so any other is refused, never trained as Adam; a variant that builds
-    another optimizer, or replaces the update loop, declares population_update = "per_seed"."""
-    kind = type(algorithm).population_update
+    """Why a population cannot run this algorithm object (empty: it can). The vectorized update runs the class's
+    loss terms and steps Adam without weight decay (PPO's optimizer), so another optimizer, or an override of the
+    update loop the class did not declare with population_update, is refused, never trained as PPO; a variant that
+    builds another optimizer, or replaces the update loop, declares population_update = "per_seed"."""
+    cls = type(algorithm)
+    kind = cls.population_update
     if kind not in ("vectorized", "per_seed"):
-        return [f"{type(algorithm).__name__}.population_update must be \"vectorized\" or \"per_seed\", got {kind!r}"]
+        return [f"{cls.__name__}.population_update must be \"vectorized\" or \"per_seed\", got {kind!r}"]
     if kind == "per_seed":
         return []
+    overridden = undeclared_overrides(cls)
+    if overridden:
+        return [f"{cls.__name__} overrides {', '.join(overridden)}, which the population's vectorized update does "
+                f"not run; declare population_update = \"per_seed\" in the class (its own update, seed by seed), "
+                f"or \"vectorized\" if the override changes nothing a population must run"]
     optimizer = algorithm.optimizer
     group = optimizer.param_groups[0]
     if type(optimizer) is not torch.optim.Adam or group["weight_decay"] != 0 or group.get("amsgrad"):
-        return [f"{type(algorithm).__name__} builds {type(optimizer).__name__} (weight_decay {group.get('weight_decay')}): "
+        return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay {group.get('weight_decay')}): "
                 f"the population's vectorized update steps PPO's Adam only; declare population_update = \"per_seed\" "
                 f"in the class"]
     return []

@@ -215,3 +215,36 @@ def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_re
     with pytest.raises(Exception, match="[Rr]ecompil"):
         program(x * 1)                            # outside a block every call is checked
         program(torch.ones(4))                    # another shape: a recompile
+
+
+class PPOCountingEpochs(PPO):
+    """Overrides the update loop (run_epochs) without saying how it trains in a population."""
+
+    epochs_run = 0
+
+    def run_epochs(self, epoch_batches, optimizer):
+        type(self).epochs_run += 1
+        return super().run_epochs(epoch_batches, optimizer)
+
+
+def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_and_run_by_the_numpy_batch(
+        monkeypatch, tmp_path):
+    # The declaration is the capability: a vectorized population would skip run_epochs, so it refuses the class
+    # until the class says population_update; the numpy batch trains it seed by seed with its own code.
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOCountingEpochs)
+    cfg = compose_config([*short_run("CartPole", "ppo", 1), "seeds=[0,1]"])
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert str(error.value) == (
+        "algo.backend=compiled: PPOCountingEpochs overrides run_epochs, which the population's vectorized update "
+        "does not run; declare population_update = \"per_seed\" in the class (its own update, seed by seed), or "
+        "\"vectorized\" if the override changes nothing a population must run")
+    monkeypatch.setattr(PPOCountingEpochs, "population_update", "per_seed", raising=False)
+    validate_config(cfg)  # declared: accepted
+    monkeypatch.delattr(PPOCountingEpochs, "population_update")
+    numpy_batch = compose_config([*short_run("CartPole", "ppo", 1), "seeds=[0,1]", "algo.backend=numpy"])
+    validate_config(numpy_batch)
+    train_batch(numpy_batch, [tmp_path / "a", tmp_path / "b"])
+    assert PPOCountingEpochs.epochs_run == 2  # each seed's own run_epochs, once per update
