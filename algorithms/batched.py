@@ -130,6 +130,8 @@ class SeedBatch:
         # override of the update loop, trains seed by seed with the class's own code, never as PPO's Adam)
         self.batched_update = all(type(a).update is PPO.update and a.runs_on_numpy_backend()
                                   and type(a).optimize is PPO.optimize and not population_problems(a)
+                                  and type(a).begin_update is PPO.begin_update
+                                  and type(a).end_update is PPO.end_update
                                   and type(a).flatten_rollout is PPO.flatten_rollout for a in algorithms)
         if self.batched_update:
             # One Adam over the [seeds, parameters] array: elementwise, so it is every seed's own Adam

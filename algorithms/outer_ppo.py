@@ -31,7 +31,7 @@ from typing import Annotated
 import torch
 from torch import nn
 
-from algorithms.core import Rollout, clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
+from algorithms.core import clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
 from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
 from algorithms.schema import (
     Before,
@@ -92,7 +92,10 @@ class OuterPPOConfig(PPOConfig):
 
 class OuterPPO(PPO):
     Config = OuterPPOConfig
-    population_update = "per_seed"  # its own update: an inner loop and an outer step per seed
+    # PPO's inner loop with PPO's Adam runs in a population's vectorized epochs, the outer step around them per
+    # seed (begin_update, end_update); the full-batch inner loop, or another inner optimizer, runs seed by seed.
+    # Declared per instance in __init__, from the config; this is the class's default.
+    population_update = "per_seed"
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
     @classmethod
@@ -123,6 +126,10 @@ class OuterPPO(PPO):
         # g_{k-1} for the cosine diagnostic, theta_k - theta_{k-1} for the biased start; None before iteration 1.
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None
+        self.outer_start: tuple | None = None  # (theta_k, log-probabilities before), between the two hooks
+        inner = self.cfg.inner_optimizer
+        if not self.full_batch and inner.type == "adam" and inner.weight_decay == 0:
+            self.population_update = "vectorized"
 
     # -- construction -------------------------------------------------------
 
@@ -164,12 +171,10 @@ class OuterPPO(PPO):
 
     # -- the update -----------------------------------------------------------
 
-    def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
-        inner_lr, outer_lr = self.inner_lr(iteration), self.outer_lr(iteration)
-        self.set_lr(self.inner_optimizer, inner_lr)
-        self.set_lr(self.outer_optimizer, outer_lr)
-        batch = self.flatten_rollout(rollout)
-
+    def begin_update(self, batch, iteration: int) -> float:
+        """theta_k, where the outer step starts, and the inner loop's start (theta_k, or the biased start);
+        returns the inner loop's lr."""
+        self.set_lr(self.outer_optimizer, self.outer_lr(iteration))
         with torch.no_grad():
             theta_k = [p.detach().clone() for p in self.outer_params]
             log_prob_before = self.policy.evaluate(batch["obs"], batch["actions"])[0]
@@ -177,12 +182,20 @@ class OuterPPO(PPO):
                 # Biased start: theta_k + bias_coef * (theta_k - theta_{k-1}); g_k is still measured from theta_k.
                 for param, update in zip(self.outer_params, self.previous_outer_update):
                     param.add_(update, alpha=self.cfg.bias_coef)
+        self.outer_start = (theta_k, log_prob_before)  # read by end_update, after the inner loop
+        return self.inner_lr(iteration)
 
+    def optimize(self, batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        """The inner loop, from the start begin_update set, to theta*_k: PPO's own, or the design note's."""
         if self.full_batch:
-            stats = self.full_batch_inner_loop(batch, self.inner_optimizer)  # -> theta*_k (actor)
-        else:
-            stats = self.optimize(batch, self.inner_optimizer)  # inner loop, PPO's own: -> theta*_k
+            return self.full_batch_inner_loop(batch, optimizer)
+        return super().optimize(batch, optimizer)
 
+    def end_update(self, batch, iteration: int, stats: dict[str, float]) -> dict[str, float]:
+        """The outer step: g_k = theta_k - theta*_k as the .grad of theta_k, one step of the outer optimizer."""
+        theta_k, log_prob_before = self.outer_start
+        self.outer_start = None
+        inner_lr, outer_lr = stats.pop("lr"), self.outer_lr(iteration)
         with torch.no_grad():
             outer_grad = [start - param for start, param in zip(theta_k, self.outer_params)]  # g_k
             for param, start, grad in zip(self.outer_params, theta_k, outer_grad):

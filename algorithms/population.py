@@ -302,7 +302,7 @@ class PopulationBatch:
             torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
         self.draws = None  # [seeds, envs, width]: each act call's noise, allocated on the first
-        self.vectorized = type(first).population_update == "vectorized"
+        self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
         if self.vectorized:
@@ -363,13 +363,21 @@ class PopulationBatch:
         return stats
 
     def vectorized_update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
-        """PPO.update (annealed lr, GAE, the epochs x minibatches loop, after_epochs) for every seed at once."""
+        """PPO.update for every seed at once: each active seed's begin_update (its own code: Outer-PPO's theta_k
+        and biased start), the epochs x minibatches loop as one program, then each seed's after_epochs and
+        end_update (Outer-PPO's outer step)."""
         algorithms, first = self.algorithms, self.algorithms[0]
-        lr = first.annealed_lr(iteration)
-        batches = []
-        for algorithm, rollout in zip(algorithms, rollouts):
-            algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
+        batches, lr = [], None
+        for algorithm, rollout, randoms, on in zip(algorithms, rollouts, self.randoms, active):
             batches.append(algorithm.flatten_rollout(rollout))
+            if on:
+                with randoms:
+                    lr = algorithm.begin_update(batches[-1], iteration)  # the same schedule for every seed
+        if lr is None:  # no seed is running
+            return [None] * len(algorithms)
+        for algorithm in algorithms:
+            algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
+        self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         counts = [batch["obs"].shape[0] for batch in batches]
         num_minibatches = first.num_minibatches(counts[0])
         width = padded_width(rollouts[0].num_steps * rollouts[0].num_envs, num_minibatches)
@@ -401,8 +409,9 @@ class PopulationBatch:
             stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
             with self.randoms[index]:
                 stats |= algorithm.after_epochs(batch)
-            stats["lr"] = lr
-            results.append(stats)
+                stats["lr"] = lr
+                results.append(algorithm.end_update(batch, iteration, stats))
+        self.params = stack_parameters(self.policies)  # end_update may have moved them (an outer step)
         return results
 
     def optimizer_from_seeds(self) -> None:
@@ -442,7 +451,7 @@ def population_problems(algorithm) -> list[str]:
     update loop the class did not declare with population_update, is refused, never trained as PPO; a variant that
     builds another optimizer, or replaces the update loop, declares population_update = "per_seed"."""
     cls = type(algorithm)
-    kind = cls.population_update
+    kind = algorithm.population_update
     if kind not in ("vectorized", "per_seed"):
         return [f"{cls.__name__}.population_update must be \"vectorized\" or \"per_seed\", got {kind!r}"]
     if kind == "per_seed":

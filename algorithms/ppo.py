@@ -101,9 +101,10 @@ class PPO(Algorithm):
     loss_keys = LOSS_KEYS  # what the epoch loop shuffles into minibatches; a term that reads more declares it here
     # How a population of seeds (algo.backend=compiled, algorithms/population.py) runs this algorithm's update:
     # "vectorized": PPO's epochs x minibatches of Adam steps on loss_terms, one compiled program for every seed
-    # (a variant that changes only loss terms, loss_inputs or after_epochs keeps it); "per_seed": the
+    # (a variant that changes only loss terms, loss_inputs, after_epochs or what surrounds the epochs - begin_update,
+    # end_update - keeps it); "per_seed": the
     # algorithm's own update, seed by seed (a variant that replaces the update loop or the optimizer says so).
-    population_update: ClassVar[str] = "vectorized"
+    population_update: str = "vectorized"  # or "per_seed"; a variant may set it per instance, from its config
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
@@ -195,11 +196,22 @@ class PPO(Algorithm):
         }
 
     def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
-        lr = self.annealed_lr(iteration)
-        self.set_lr(self.optimizer, lr)
+        """One rollout's update: what comes before PPO's epochs, the epochs, what comes after. A variant that
+        changes only what surrounds the epochs (Outer-PPO's outer step) overrides the two hooks, and a population
+        of seeds runs its epochs vectorized between them (algorithms/population.py)."""
         batch = self.flatten_rollout(rollout)
+        lr = self.begin_update(batch, iteration)
+        self.set_lr(self.optimizer, lr)
         stats = self.optimize(batch, self.optimizer)
         stats["lr"] = lr
+        return self.end_update(batch, iteration, stats)
+
+    def begin_update(self, batch: Batch, iteration: int) -> float:
+        """Before the epochs (PPO: nothing); returns the epochs' learning rate (PPO's annealed lr)."""
+        return self.annealed_lr(iteration)
+
+    def end_update(self, batch: Batch, iteration: int, stats: dict[str, float]) -> dict[str, float]:
+        """After the epochs and after_epochs (PPO: nothing); returns the statistics train.csv logs."""
         return stats
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:

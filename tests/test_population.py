@@ -5,6 +5,7 @@ of its own; what a population cannot run is refused by its text; a killed popula
 
 from __future__ import annotations
 
+import math
 import signal
 
 import pandas as pd
@@ -38,7 +39,11 @@ def eager(monkeypatch):
 @pytest.mark.parametrize("env", ["HalfCheetah", "CartPole"])
 @pytest.mark.parametrize("algo", PRESETS)
 def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, eager, tmp_path):
-    iterations = 2 if algo == "outer_ppo_biased" else 1  # the biased start needs a previous outer step
+    # The biased start needs a previous outer step: two iterations on CartPole. Not on HalfCheetah: a population's
+    # first update differs from a lone seed's by float rounding (batched products), and the chaotic physics
+    # grows that into a different second rollout; test_a_population_of_one_takes_the_eager_torch_update checks
+    # the biased start there, on the same two rollouts.
+    iterations = 2 if algo == "outer_ppo_biased" and env == "CartPole" else 1
     overrides = short_run(env, algo, iterations)
     seeds = [3, 7, 11, 19]
     train_batch(compose_config([*overrides, f"seeds={seeds}"]), [tmp_path / "population" / f"seed{s}" for s in seeds])
@@ -59,32 +64,46 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
 
 
-def test_a_population_of_one_takes_the_eager_torch_update(eager):
-    """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops) against PPO's
-    own eager update (torch.optim.Adam, clip_grad_norm_) on the same rollout and permutations."""
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased"])
+def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
+    """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops; Outer-PPO's outer
+    step around the epochs, by its own begin_update/end_update) against the algorithm's own eager update
+    (torch.optim.Adam, clip_grad_norm_) on the same rollouts and permutations; two updates, so that momentum and
+    the biased start act."""
     import copy
 
     from algorithms.batched import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
     torch.manual_seed(0)
-    cfg = compose_config(["algo=ppo", "env=HalfCheetah", "algo.backend=torch"])
-    alone = ALGORITHMS["ppo"](17, 6, False, cfg.algo, 10)
+    cfg = compose_config([f"algo={algo}", "env=HalfCheetah", "algo.backend=torch"])
+    kind = cfg.algo.algorithm
+    alone = ALGORITHMS[kind](17, 6, False, cfg.algo, 10)
     member = copy.deepcopy(alone)
     member.optimizer = member.build_optimizer()
-    rollout = synthetic_rollout(alone, 17, num_steps=200, num_envs=2)
-    rollout.valid[50, 0] = False  # a reset row: dropped, so the seed's minibatches are padded
+    if kind == "outer_ppo":
+        member.outer_params = (member.policy.actor_parameters() if member.cfg.apply_to == "actor"
+                               else list(member.policy.parameters()))
+        member.outer_optimizer = type(alone.outer_optimizer)(member.outer_params, **alone.outer_optimizer.defaults)
+    assert member.population_update == "vectorized"
+    rollouts = [synthetic_rollout(alone, 17, num_steps=200, num_envs=2, seed=seed) for seed in (1, 2)]
+    for rollout in rollouts:
+        rollout.valid[50, 0] = False  # a reset row: dropped, so the seed's minibatches are padded
     torch.manual_seed(5)
     randoms = RandomState()  # the population draws its permutations from this, PPO from the global stream
     population = PopulationBatch([member], [randoms])
     torch.manual_seed(5)
-    expected = alone.update(rollout, 1)
-    got = population.update([rollout], 1, [True])[0]
-    for a, b in zip(alone.policy.parameters(), member.policy.parameters()):
-        torch.testing.assert_close(b, a, rtol=0, atol=5e-6)
-    assert list(got) == list(expected)  # train.csv's columns, in its order
-    for key, value in expected.items():
-        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    for iteration, rollout in zip((1, 2), rollouts):
+        expected = alone.update(rollout, iteration)
+        got = population.update([rollout], iteration, [True])[0]
+        for a, b in zip(alone.policy.parameters(), member.policy.parameters()):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+        assert list(got) == list(expected)  # train.csv's columns, in its order
+        for key, value in expected.items():
+            if not (isinstance(value, float) and math.isnan(value)):
+                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    if kind == "outer_ppo":
+        assert got["outer_grad_norm"] > 0 and got["outer_step_norm"] > 0
 
 
 class PPOWithActionPenalty(PPO):
