@@ -118,6 +118,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     from benchmarks.engine.trainer import CheckpointError, NonFiniteError, RunLockedError, TrainingInterrupted
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
+    where = run_dirs[0].parent  # where the seeds' directories are
     finals = {}
     for seed, run_dir in zip(seeds, run_dirs):
         if cfg.restart:
@@ -129,21 +130,21 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
     if todo:
         log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
-                 [seed for seed, _ in todo], cfg.total_steps, job_dir.parent)
+                 [seed for seed, _ in todo], cfg.total_steps, where)
         write_hydra_files(cfg, job_dir)
         try:
             summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
         except TrainingInterrupted as interrupt:
-            print(f"interrupted: {job_dir.parent}: {interrupt}", file=sys.stderr)
+            print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError) as error:
             if HydraConfig.get().mode != RunMode.MULTIRUN:
-                print(f"error: {job_dir.parent}: {error}", file=sys.stderr)
+                print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
-            log.error("job failed: %s: %s", job_dir.parent, error)
+            log.error("job failed: %s: %s", where, error)
             return None
         for summary in summaries:
             if summary["status"] == "paused":

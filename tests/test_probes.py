@@ -96,3 +96,21 @@ def test_reproduce_says_a_native_run_from_another_cpu_cannot_be_confirmed_here(t
     (run_dir / "summary.json").write_text(json.dumps({"machine": {"cpu": "Some Other CPU 9000",
                                                                   "numerics": {"mode": "portable"}}}))
     assert reproduce.not_comparable_here(run_dir) is None  # portable: it must reproduce anywhere
+
+
+def test_a_batch_given_a_run_directory_writes_its_seeds_inside_it(tmp_path):
+    # Two batches given two directories never share seed directories (beside them, the second was refused by the
+    # first's lock); a job directory with the suite's own batch name keeps its seeds beside it, as suites lay out.
+    from pathlib import Path
+
+    from benchmarks.engine.batch_trainer import seed_run_dirs
+
+    for name in ("Swimmer", "Reacher"):
+        result = run_py("env=CartPole", "seeds=[0,1]", "total_steps=512", "eval.every_steps=512", "eval.episodes=1",
+                        "logging.progress_bar=false", "logging.tensorboard=false", f"hydra.run.dir={tmp_path}/{name}")
+        assert result.returncode == 0, result.stderr
+        for seed in (0, 1):
+            assert json.loads((tmp_path / name / f"seed{seed}" / "summary.json").read_text())["status"] == "complete"
+    assert not (tmp_path / "seed0").exists()
+    suite_layout = seed_run_dirs(Path("runs/CartPole/ppo/seeds0-4"), [0, 1, 2, 3, 4])
+    assert suite_layout == [Path(f"runs/CartPole/ppo/seed{seed}") for seed in range(5)]

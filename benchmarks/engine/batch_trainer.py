@@ -58,8 +58,15 @@ from benchmarks.engine.trainer import (
 
 
 def seed_run_dirs(job_dir: Path, seeds: list[int]) -> list[Path]:
-    """Where each seed of a batch job writes: beside the job's directory, as single-seed runs would."""
-    return [Path(job_dir).parent / f"seed{seed}" for seed in seeds]
+    """Where each seed of a batch job writes. A job directory with the suite's own batch name (conf/config.yaml's
+    seed_dir: seeds0-4) stands for its seeds, which sit beside it where single-seed runs of them would; a directory
+    the user named (hydra.run.dir=/x/Swimmer) holds them (/x/Swimmer/seed0, ...), so that two batches given two
+    directories never share seed directories."""
+    from benchmarks.engine.validate import seed_dir
+
+    job_dir = Path(job_dir)
+    home = job_dir.parent if job_dir.name == seed_dir(None, seeds) else job_dir
+    return [home / f"seed{seed}" for seed in seeds]
 
 
 def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
