@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -184,7 +185,6 @@ class HP3OConfig(PPOConfig):
 
 class HP3O(PPO):
     Config = HP3OConfig
-    population_update = "per_seed"  # its own batches from each seed's trajectory buffer
 
     @classmethod
     def check_config(cls, algo: dict, rollout_size: int) -> list[str]:
@@ -206,6 +206,8 @@ class HP3O(PPO):
         self.buffer = TrajectoryBuffer(self.cfg.buffer_size)
         # One unfinished episode per env (dict of STEP_FIELDS tensors, or None), sized on the first rollout.
         self.partial_episodes: list[dict | None] = []
+        # Within one update (begin_update to end_update): how each epoch draws its batch, and what was drawn.
+        self.draw_batch, self.batch_counts, self.update_iteration = None, None, None
 
     # -- stitching rollouts into episodes -------------------------------------
 
@@ -348,13 +350,11 @@ class HP3O(PPO):
 
     # -- learning ---------------------------------------------------------------
 
-    def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
-        lr = self.annealed_lr(iteration)
-        self.set_lr(self.optimizer, lr)
+    def begin_update(self, rollout: Rollout, batch: Batch, iteration: int) -> float:
+        """The rollout's completed episodes into the buffer; what each epoch will draw from (epoch_batches)."""
         self.ingest(rollout, iteration)
         if len(self.buffer) == 0:
             # No complete episode yet: a PPO update on this rollout (reset rows dropped), HP3O's epochs/minibatches.
-            batch = self.flatten_rollout(rollout)
             batch["collected_at"] = torch.full((batch["obs"].shape[0],), iteration, dtype=torch.int64)
             batch["replaced"] = torch.zeros(batch["obs"].shape[0], dtype=torch.bool)
 
@@ -365,19 +365,24 @@ class HP3O(PPO):
 
             def draw_batch() -> Batch:
                 return self.draw_hybrid_batch(targets)[0]
-        counts = {"sampled": 0, "older": 0, "replaced": 0, "epochs": 0}
+        self.draw_batch, self.update_iteration = draw_batch, iteration
+        self.batch_counts = {"sampled": 0, "older": 0, "replaced": 0, "epochs": 0}
+        return self.annealed_lr(iteration)
 
-        def epoch_batches():
-            """A freshly drawn hybrid batch per epoch (drawn lazily: a target-KL stop draws no more)."""
-            for _epoch in range(self.cfg.update_epochs):
-                batch = draw_batch()
-                counts["epochs"] += 1
-                counts["sampled"] += batch["obs"].shape[0]
-                counts["older"] += int((batch["collected_at"] < iteration).sum())
-                counts["replaced"] += int(batch["replaced"].sum())
-                yield batch
+    def epoch_batches(self, batch: Batch) -> Iterator[Batch]:
+        """A freshly drawn hybrid batch per epoch (drawn lazily: a target-KL stop draws no more)."""
+        counts = self.batch_counts
+        for _epoch in range(self.cfg.update_epochs):
+            drawn = self.draw_batch()
+            counts["epochs"] += 1
+            counts["sampled"] += drawn["obs"].shape[0]
+            counts["older"] += int((drawn["collected_at"] < self.update_iteration).sum())
+            counts["replaced"] += int(drawn["replaced"].sum())
+            yield drawn
 
-        stats = self.run_epochs(epoch_batches(), self.optimizer)  # PPO's loop and loss
+    def end_update(self, batch: Batch, iteration: int, stats: dict[str, float]) -> dict[str, float]:
+        """What the batches were made of, and the buffer's state."""
+        lr, counts = stats.pop("lr"), self.batch_counts
         stats["batch_steps"] = counts["sampled"] / counts["epochs"]
         stats["old_policy_fraction"] = counts["older"] / counts["sampled"]
         stats["baseline_replaced_fraction"] = (
@@ -385,11 +390,15 @@ class HP3O(PPO):
         )
         stats.update(self.buffer_stats(iteration))
         stats["lr"] = lr
+        self.draw_batch = self.batch_counts = None
         return stats
 
     def num_minibatches(self, num_samples: int) -> int:
         """HP3O fixes the minibatch size, not the count: near-equal minibatches of at most minibatch_size."""
         return math.ceil(num_samples / self.cfg.minibatch_size)
+
+    def minibatch_rows_at_most(self, rollout_size: int) -> int:
+        return self.cfg.minibatch_size
 
     def buffer_stats(self, iteration: int) -> dict[str, float]:
         trajectories = self.buffer.trajectories

@@ -171,7 +171,7 @@ class OuterPPO(PPO):
 
     # -- the update -----------------------------------------------------------
 
-    def begin_update(self, batch, iteration: int) -> float:
+    def begin_update(self, rollout, batch, iteration: int) -> float:
         """theta_k, where the outer step starts, and the inner loop's start (theta_k, or the biased start);
         returns the inner loop's lr."""
         self.set_lr(self.outer_optimizer, self.outer_lr(iteration))

@@ -265,11 +265,6 @@ def parameters_to(flat: torch.Tensor, policies: list[nn.Module]) -> None:
                 policy.get_parameter(name).copy_(value)
 
 
-def padded_width(rollout_size: int, num_minibatches: int) -> int:
-    """Rows of every padded minibatch: the largest piece torch.tensor_split makes of a full rollout."""
-    return math.ceil(rollout_size / num_minibatches)
-
-
 # ---------------------------------------------------------------------------
 # The population: S seeds' algorithms acting and learning together
 # ---------------------------------------------------------------------------
@@ -363,41 +358,53 @@ class PopulationBatch:
         return stats
 
     def vectorized_update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
-        """PPO.update for every seed at once: each active seed's begin_update (its own code: Outer-PPO's theta_k
-        and biased start), the epochs x minibatches loop as one program, then each seed's after_epochs and
-        end_update (Outer-PPO's outer step)."""
+        """PPO.update for every seed at once: each active seed's begin_update (its own code: Outer-PPO's theta_k,
+        HP3O's buffer), the epochs x minibatches loop as one program over each seed's own epoch batches (drawn
+        from its own streams), then each seed's after_epochs and end_update (Outer-PPO's outer step)."""
         algorithms, first = self.algorithms, self.algorithms[0]
         batches, lr = [], None
         for algorithm, rollout, randoms, on in zip(algorithms, rollouts, self.randoms, active):
             batches.append(algorithm.flatten_rollout(rollout))
             if on:
                 with randoms:
-                    lr = algorithm.begin_update(batches[-1], iteration)  # the same schedule for every seed
+                    lr = algorithm.begin_update(rollout, batches[-1], iteration)  # one schedule for every seed
         if lr is None:  # no seed is running
             return [None] * len(algorithms)
         for algorithm in algorithms:
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
-        counts = [batch["obs"].shape[0] for batch in batches]
-        num_minibatches = first.num_minibatches(counts[0])
-        width = padded_width(rollouts[0].num_steps * rollouts[0].num_envs, num_minibatches)
-        # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
-        largest = rollouts[0].num_steps * rollouts[0].num_envs
-        stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in batches]) for key in first.loss_keys}
+        width = first.minibatch_rows_at_most(rollouts[0].num_steps * rollouts[0].num_envs)
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
                   for name in first.loss_inputs()}
         running = torch.tensor(active)
-        per_step = []
+        epoch_iterators = [iter(a.epoch_batches(batch)) if on else None
+                           for a, batch, on in zip(algorithms, batches, active)]
+        trained_on = [[] for _ in algorithms]  # each seed's epoch batches (explained variance over them)
+        per_step, stepped = [], []
         for _epoch in range(first.cfg.update_epochs):
-            rows, mask = minibatch_rows(counts, num_minibatches, width, self.randoms)  # [seeds, M, width]
-            for m in range(num_minibatches):
+            epoch = []
+            for index, epochs in enumerate(epoch_iterators):
+                if epochs is None:
+                    epoch.append(batches[index])  # a stopped seed: rows to fill its slot, never stepped
+                    continue
+                with self.randoms[index]:
+                    epoch.append(next(epochs))
+                trained_on[index].append(epoch[-1])
+            counts = [batch["obs"].shape[0] for batch in epoch]
+            splits = [a.num_minibatches(count) for a, count in zip(algorithms, counts)]
+            # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
+            largest = max(counts)
+            stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in epoch]) for key in first.loss_keys}
+            rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [seeds, most minibatches, width]
+            for m in range(max(splits)):
                 minibatch = {key: gather_rows(value, rows[:, m]) for key, value in stacked.items()}
                 minibatch[MASK] = mask[:, m]
-                self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, running, inputs)
+                stepping = running & torch.tensor([m < split for split in splits])  # a seed with fewer: done
+                self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, stepping, inputs)
                 per_step.append(stats)
+                stepped.append(stepping)
         parameters_to(self.params, self.policies)
-        means = {key: torch.stack([step[key] for step in per_step], dim=1) for key in per_step[0]}
-        means = {key: value.amax(dim=1) if key == "ratio_max" else value.mean(dim=1) for key, value in means.items()}
+        means = step_means(per_step, torch.stack(stepped, dim=1))
         from algorithms.ppo import explained_variance, in_log_order
 
         results = []
@@ -406,7 +413,8 @@ class PopulationBatch:
                 results.append(None)
                 continue
             stats = in_log_order({key: float(value[index]) for key, value in means.items()})
-            stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+            stats["explained_variance"] = explained_variance(torch.cat([b["values"] for b in trained_on[index]]),
+                                                             torch.cat([b["returns"] for b in trained_on[index]]))
             with self.randoms[index]:
                 stats |= algorithm.after_epochs(batch)
                 stats["lr"] = lr
@@ -481,18 +489,32 @@ def pad_rows(values: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([values, padding])
 
 
-def minibatch_rows(counts: list[int], num_minibatches: int, width: int, randoms: list):
+def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: list):
     """Each seed's epoch: its own permutation of its valid rows (torch.randperm from its generator, as
-    PPO.run_epochs draws it), cut as torch.tensor_split cuts it (the first n mod M minibatches one row longer),
-    each minibatch padded to `width` rows. Returns row indices and the mask, both [seeds, M, width]."""
-    rows = torch.zeros(len(counts), num_minibatches, width, dtype=torch.long)
-    mask = torch.zeros(len(counts), num_minibatches, width)
-    for index, (count, seed_randoms) in enumerate(zip(counts, randoms)):
+    PPO.run_epochs draws it), cut as torch.tensor_split cuts it into the seed's own number of minibatches (the
+    first n mod M one row longer), each minibatch padded to `width` rows. Returns row indices and the mask, both
+    [seeds, most minibatches, width]; a seed with fewer minibatches has empty ones at the end."""
+    most = max(splits)
+    rows = torch.zeros(len(counts), most, width, dtype=torch.long)
+    mask = torch.zeros(len(counts), most, width)
+    for index, (count, split, seed_randoms) in enumerate(zip(counts, splits, randoms)):
         permutation = torch.randperm(count, generator=seed_randoms.torch)
-        for m, piece in enumerate(torch.tensor_split(permutation, num_minibatches)):
+        for m, piece in enumerate(torch.tensor_split(permutation, split)):
             rows[index, m, :len(piece)] = piece
             mask[index, m, :len(piece)] = 1.0
     return rows, mask
+
+
+def step_means(per_step: list[dict], stepped: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each seed's mean of every statistic over the steps it took (stepped: [seeds, steps]); ratio_max its max."""
+    means = {}
+    for key in per_step[0]:
+        values = torch.stack([step[key] for step in per_step], dim=1)
+        if key == "ratio_max":
+            means[key] = torch.where(stepped, values, -math.inf).amax(dim=1)
+        else:  # where, not a product: a step a seed did not take may hold NaN (an empty minibatch's mean)
+            means[key] = torch.where(stepped, values, 0.0).sum(dim=1) / stepped.sum(dim=1).clamp(min=1)
+    return means
 
 
 def gather_rows(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ part where their paper differs. The pieces a variant replaces, from large to sma
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, NamedTuple
 
@@ -200,14 +201,15 @@ class PPO(Algorithm):
         changes only what surrounds the epochs (Outer-PPO's outer step) overrides the two hooks, and a population
         of seeds runs its epochs vectorized between them (algorithms/population.py)."""
         batch = self.flatten_rollout(rollout)
-        lr = self.begin_update(batch, iteration)
+        lr = self.begin_update(rollout, batch, iteration)
         self.set_lr(self.optimizer, lr)
         stats = self.optimize(batch, self.optimizer)
         stats["lr"] = lr
         return self.end_update(batch, iteration, stats)
 
-    def begin_update(self, batch: Batch, iteration: int) -> float:
-        """Before the epochs (PPO: nothing); returns the epochs' learning rate (PPO's annealed lr)."""
+    def begin_update(self, rollout: Rollout, batch: Batch, iteration: int) -> float:
+        """Before the epochs (PPO: nothing; HP3O: the rollout's episodes into its buffer); returns the epochs'
+        learning rate (PPO's annealed lr)."""
         return self.annealed_lr(iteration)
 
     def end_update(self, batch: Batch, iteration: int, stats: dict[str, float]) -> dict[str, float]:
@@ -216,8 +218,13 @@ class PPO(Algorithm):
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """PPO's inner loop: E epochs over the same rollout batch (docs/algorithms.md section 2)."""
-        stats = self.run_epochs((batch for _epoch in range(self.cfg.update_epochs)), optimizer)
+        stats = self.run_epochs(self.epoch_batches(batch), optimizer)
         return stats | self.after_epochs(batch)
+
+    def epoch_batches(self, batch: Batch) -> Iterator[Batch]:
+        """The batch each epoch trains on: PPO's is the rollout's, every epoch (HP3O draws a hybrid batch per
+        epoch, lazily). A population draws each seed's from the seed's own streams."""
+        return (batch for _epoch in range(self.cfg.update_epochs))
 
     def after_epochs(self, batch: Batch) -> dict[str, float]:
         """What a variant does once the epochs over the batch are done (PPO: nothing; PPO-KL adapts its beta);
@@ -227,6 +234,11 @@ class PPO(Algorithm):
     def num_minibatches(self, num_samples: int) -> int:
         """M: PPO splits each epoch's batch into a fixed number of minibatches (HP3O: a fixed size)."""
         return self.cfg.num_minibatches
+
+    def minibatch_rows_at_most(self, rollout_size: int) -> int:
+        """The most rows one minibatch can hold: a population pads every minibatch to it (one shape per run).
+        PPO's largest piece of a full rollout cut in M; HP3O's minibatch size."""
+        return math.ceil(rollout_size / self.num_minibatches(rollout_size))
 
     def run_epochs(self, epoch_batches: Iterable[Batch], optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """The epoch x shuffled-minibatch loop every algorithm shares: one batch per epoch from `epoch_batches`."""

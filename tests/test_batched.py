@@ -66,22 +66,22 @@ def test_sigkill_mid_batch_then_rerun_logs_the_uninterrupted_numbers_for_every_s
     overrides = [f"algo={algo}", *SMALL_BATCH]
     train_batch(compose_config(overrides), [tmp_path / "reference" / f"seed{s}" for s in (0, 1, 2)])  # in this process
     victim = launch(overrides, tmp_path / "killed" / "job")
-    wait_for_rows(tmp_path / "killed" / "seed2", 5, victim)
+    wait_for_rows(tmp_path / "killed" / "job" / "seed2", 5, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     # A kill can land between two seeds' checkpoint writes, leaving a seed one checkpoint behind the others;
     # if this one did not, seed 1 is put there.
     newest = [read_checkpoint(path)["iteration"] if path.exists() else None  # None: killed mid-write
-              for path in (tmp_path / "killed" / f"seed{s}" / "checkpoint.pt" for s in range(3))]
+              for path in (tmp_path / "killed" / "job" / f"seed{s}" / "checkpoint.pt" for s in range(3))]
     if len(set(newest)) == 1 and None not in newest:
-        seed1 = tmp_path / "killed" / "seed1"
+        seed1 = tmp_path / "killed" / "job" / "seed1"
         (seed1 / "checkpoint.prev.pt").replace(seed1 / "checkpoint.pt")
     resumed = launch(overrides, tmp_path / "killed" / "job")
     _, stderr = resumed.communicate()
     assert resumed.returncode == 0, stderr
     for seed in (0, 1, 2):
-        assert_same_metrics(tmp_path / "reference" / f"seed{seed}", tmp_path / "killed" / f"seed{seed}")
-        assert json.loads((tmp_path / "killed" / f"seed{seed}" / "summary.json").read_text())["resumed_at_env_steps"]
+        assert_same_metrics(tmp_path / "reference" / f"seed{seed}", tmp_path / "killed" / "job" / f"seed{seed}")
+        assert json.loads((tmp_path / "killed" / "job" / f"seed{seed}" / "summary.json").read_text())["resumed_at_env_steps"]
 
 
 def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed_runs(tmp_path):

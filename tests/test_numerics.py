@@ -39,7 +39,10 @@ def test_portable_mode_pins_torch_numpy_and_openblas_to_avx2_kernels():
 def test_native_mode_lets_each_library_take_the_widest_kernels():
     kernels = kernels_in_child("native")
     assert kernels["mode"] == "native"
-    assert kernels["torch"] == "AVX512" and "X86_V4" in kernels["simd"] and kernels["openblas"] != "Haswell"
+    assert kernels["torch"] == "AVX512" and "X86_V4" in kernels["simd"]
+    # OpenBLAS's own pick: wider than Haswell's on Intel; on AMD's Zen cores its choice is the Haswell kernels
+    amd = "AuthenticAMD" in open("/proc/cpuinfo").read()
+    assert kernels["openblas"] != "Haswell" or amd
 
 
 @pytest.mark.skipif("avx512f" not in numerics.cpu_flags(), reason="only an AVX-512 CPU has wider kernels to give up")

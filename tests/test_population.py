@@ -64,12 +64,13 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased"])
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
+                                  "hp3o_plus"])
 def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops; Outer-PPO's outer
     step around the epochs, by its own begin_update/end_update) against the algorithm's own eager update
-    (torch.optim.Adam, clip_grad_norm_) on the same rollouts and permutations; two updates, so that momentum and
-    the biased start act."""
+    (torch.optim.Adam, clip_grad_norm_) on the same rollouts and permutations; three updates, so that momentum,
+    the biased start and HP3O's buffer of finished episodes (its hybrid batches, of varying sizes) act."""
     import copy
 
     from algorithms.batched import RandomState
@@ -86,14 +87,14 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
                                else list(member.policy.parameters()))
         member.outer_optimizer = type(alone.outer_optimizer)(member.outer_params, **alone.outer_optimizer.defaults)
     assert member.population_update == "vectorized"
-    rollouts = [synthetic_rollout(alone, 17, num_steps=200, num_envs=2, seed=seed) for seed in (1, 2)]
+    rollouts = [synthetic_rollout(alone, 17, num_steps=200, num_envs=2, seed=seed) for seed in (1, 2, 3)]
     for rollout in rollouts:
         rollout.valid[50, 0] = False  # a reset row: dropped, so the seed's minibatches are padded
     torch.manual_seed(5)
     randoms = RandomState()  # the population draws its permutations from this, PPO from the global stream
     population = PopulationBatch([member], [randoms])
     torch.manual_seed(5)
-    for iteration, rollout in zip((1, 2), rollouts):
+    for iteration, rollout in enumerate(rollouts, start=1):
         expected = alone.update(rollout, iteration)
         got = population.update([rollout], iteration, [True])[0]
         for a, b in zip(alone.policy.parameters(), member.policy.parameters()):
@@ -104,6 +105,8 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
                 assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     if kind == "outer_ppo":
         assert got["outer_grad_norm"] > 0 and got["outer_step_norm"] > 0
+    if kind == "hp3o":  # the last update trained on hybrid batches from a buffer of finished episodes
+        assert got["buffer_fill"] >= 2 and 0 < got["old_policy_fraction"] < 1
 
 
 class PPOWithActionPenalty(PPO):
@@ -178,7 +181,7 @@ def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(t
     reference = launch(overrides, tmp_path / "reference" / "job")  # the same command, uninterrupted
     assert reference.wait(timeout=600) == 0
     victim = launch(overrides, tmp_path / "killed" / "job")
-    wait_for_rows(tmp_path / "killed" / "seed1", 4, victim, timeout=300)
+    wait_for_rows(tmp_path / "killed" / "job" / "seed1", 4, victim, timeout=300)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     resumed = launch(overrides, tmp_path / "killed" / "job")
@@ -186,7 +189,7 @@ def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(t
     assert resumed.returncode == 0, stderr[-3000:]
     assert "resuming" in stderr
     for seed in (0, 1):
-        assert_same_metrics(tmp_path / "killed" / f"seed{seed}", tmp_path / "reference" / f"seed{seed}")
+        assert_same_metrics(tmp_path / "killed" / "job" / f"seed{seed}", tmp_path / "reference" / "job" / f"seed{seed}")
 
 
 def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, capsys):
