@@ -33,15 +33,6 @@ PAD_ID, BOS_ID = 0, 1  # the first special tokens of every token task's vocabula
 NEVER_GENERATED = (PAD_ID, BOS_ID)
 
 
-def resolve_init_from(init_from: str) -> str:
-    """A model directory, or rlhf/<task>: that task's cached reference model (built on first use)."""
-    if init_from.startswith("rlhf/"):
-        from benchmarks.rlhf.models import model_dir  # only token tasks need it (optional extra)
-
-        return str(model_dir(init_from.removeprefix("rlhf/"), "reference"))
-    return init_from
-
-
 def last_positions(tokens: torch.Tensor) -> torch.Tensor:
     """Index of the last non-padding token of each right-padded row."""
     return (tokens != PAD_ID).sum(-1) - 1
@@ -86,8 +77,7 @@ class CausalLMActorCritic(nn.Module):
         super().__init__()
         from transformers import AutoModelForCausalLM
 
-        path = resolve_init_from(init_from)
-        self.actor = AutoModelForCausalLM.from_pretrained(path)
+        self.actor = AutoModelForCausalLM.from_pretrained(init_from)  # a model directory (the engine resolves rlhf/<task>)
         for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout", "hidden_dropout", "attention_dropout"):
             if getattr(self.actor.config, key, 0.0):
                 raise ValueError(f"env.network.init_from={init_from}: the model's {key} is "
@@ -95,7 +85,7 @@ class CausalLMActorCritic(nn.Module):
         if self.actor.config.vocab_size != action_dim:
             raise ValueError(f"env.network.init_from={init_from}: its vocabulary has {self.actor.config.vocab_size} "
                              f"tokens, the task's action space {action_dim}")
-        self.critic = ValueModel(AutoModelForCausalLM.from_pretrained(path).base_model, self.actor.config.hidden_size)
+        self.critic = ValueModel(AutoModelForCausalLM.from_pretrained(init_from).base_model, self.actor.config.hidden_size)
         self.temperature = float(temperature)
 
     def actor_parameters(self) -> list[nn.Parameter]:

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import math
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar
 
@@ -206,10 +207,18 @@ def build(schema: type, values: dict):
 
 
 def build_config(schema: type, cfg):
-    """An algo config (OmegaConf, resolved here once, or a dict) as its schema's dataclass."""
-    from omegaconf import DictConfig, OmegaConf
+    """An algo config as its schema's dataclass: a dict, or any mapping (an OmegaConf DictConfig resolves its
+    interpolations as it is read), turned into plain dicts and lists here once."""
+    return build(schema, plain(cfg))
 
-    return build(schema, OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)
+
+def plain(value):
+    """Mappings and sequences (OmegaConf's containers among them, without importing it) as dicts and lists."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(item) for item in value]
+    return value
 
 
 # -- the optimizer blocks (conf/optimizer/: sgd, adam, adamw), Outer-PPO's inner and outer optimizers ----------

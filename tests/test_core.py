@@ -190,3 +190,17 @@ def test_target_kl_stops_the_epochs_after_the_first_whose_last_minibatch_exceeds
     assert len(steps) == 4 * epochs_run
     if target_kl is not None:
         assert steps[3] > target_kl  # the first epoch's last minibatch: what the check reads
+
+
+def test_algorithms_import_neither_the_engine_nor_its_config_library():
+    # Pure learning code: no files, envs, Hydra or omegaconf; the engine (benchmarks/) hands it plain values.
+    import ast
+    from pathlib import Path
+
+    forbidden = {"benchmarks", "omegaconf", "hydra", "gymnasium"}
+    for path in sorted((Path(__file__).parents[1] / "algorithms").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"

@@ -20,7 +20,7 @@ from benchmarks.engine.trainer import compose_config, train  # noqa: E402
 from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
 from algorithms.lm_policy import next_token_log_probs  # noqa: E402
 from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv  # noqa: E402
-from benchmarks.rlhf.models import build_tokenizer, model_dir  # noqa: E402
+from benchmarks.rlhf.models import build_tokenizer, model_dir, resolve_init_from  # noqa: E402
 from benchmarks.rlhf.tasks import BOS, EOS, get_task  # noqa: E402
 from tests.conftest import QUIET  # noqa: E402
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows  # noqa: E402
@@ -145,7 +145,7 @@ def test_reference_log_prob_is_of_the_tempered_distribution_and_padding_changes_
 def test_the_policy_starts_as_the_reference_with_a_separate_value_model_at_zero(praise_env):
     env = praise_env
     env.reset(seed=3)
-    policy = CausalLMActorCritic(len(PRAISE.vocabulary), "rlhf/praise", temperature=0.7)
+    policy = CausalLMActorCritic(len(PRAISE.vocabulary), resolve_init_from("rlhf/praise"), temperature=0.7)
     obs = torch.as_tensor(env.tokens, dtype=torch.float32)
     with torch.inference_mode():
         expected = next_token_log_probs(env.reference, torch.as_tensor(env.tokens), 0.7, torch.as_tensor(env.lengths))
@@ -158,7 +158,7 @@ def test_the_policy_starts_as_the_reference_with_a_separate_value_model_at_zero(
 
 
 def test_policy_log_probs_and_entropy_are_of_the_tempered_next_token_distribution():
-    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic", temperature=2.0)
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic"), temperature=2.0)
     tokens = torch.tensor([[1, 10, 13, 5, 14, 0, 0, 0, 0]])  # <bos> 7 + 2 = and padding
     with torch.inference_mode():
         logits = policy.actor(input_ids=tokens[:, :5]).logits[:, -1]
@@ -179,7 +179,7 @@ def tempered_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor
 
 
 def test_pad_and_bos_are_never_generated_and_their_zero_probability_keeps_entropy_and_gradients_finite():
-    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic", temperature=1.0)
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic"), temperature=1.0)
     favour_pad_and_bos = torch.zeros(len(ARITHMETIC.vocabulary))
     favour_pad_and_bos[[0, 1]] = 100.0  # the raw model now prefers <pad> and <bos> to everything
     policy.actor.lm_head.register_forward_hook(lambda module, inputs, logits: logits + favour_pad_and_bos)
@@ -340,7 +340,7 @@ def test_the_shared_scorer_gives_the_reference_zero_kl_and_its_judged_rewards():
     from benchmarks.rlhf.trl_reference import score_policy
 
     cfg = compose_config(["env=RLHFArithmetic", "algo=ppo"])
-    reference = CausalLMActorCritic(len(ARITHMETIC.vocabulary), "rlhf/arithmetic").actor.eval()
+    reference = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic")).actor.eval()
     scores = score_policy(reference, cfg, samples=128, seed=0)
     assert scores["kl_to_reference"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference
     assert scores["reward"] == scores["judge"]  # RLHFArithmetic pays the judge's score

@@ -131,8 +131,15 @@ def task_kwargs(env_cfg) -> dict | None:
 
 
 def task_network(env_cfg) -> dict | None:
-    """The task's policy network (env.network; None: the MLP of algo.hidden_sizes)."""
-    return OmegaConf.to_container(env_cfg.network, resolve=True) if "network" in env_cfg else None
+    """The task's policy network (env.network; None: the MLP of algo.hidden_sizes), its init_from a directory."""
+    if "network" not in env_cfg:
+        return None
+    network = OmegaConf.to_container(env_cfg.network, resolve=True)
+    if "init_from" in network:  # token tasks only (the [rlhf] extra)
+        from benchmarks.rlhf.models import resolve_init_from
+
+        network["init_from"] = resolve_init_from(network["init_from"])
+    return network
 
 
 def numbers_relevant(config: dict) -> dict:

@@ -235,6 +235,14 @@ def model_dir(task_name: str, what: str) -> Path:
     return out_dir
 
 
+def resolve_init_from(init_from: str) -> str:
+    """env.network.init_from as a model directory: rlhf/<task> is that task's cached reference model (built on
+    first use); anything else is a directory already."""
+    if init_from.startswith("rlhf/"):
+        return str(model_dir(init_from.removeprefix("rlhf/"), "reference"))
+    return init_from
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rlhf.models", description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=sorted(TASKS) + ["all"], default="all")

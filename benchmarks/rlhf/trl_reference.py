@@ -48,7 +48,7 @@ from algorithms.lm_policy import CausalLMActorCritic, next_token_log_probs
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import PROJECT_ROOT, compose_config, read_checkpoint, task_kwargs, train
 from benchmarks.rlhf.env import TokenVectorEnv
-from benchmarks.rlhf.models import model_dir
+from benchmarks.rlhf.models import model_dir, resolve_init_from
 from benchmarks.rlhf.tasks import get_task
 
 TASK_ENVS = {"arithmetic": "RLHFArithmetic", "praise": "RLHFPraise"}
@@ -102,7 +102,7 @@ def train_ours(cfg, run_dir: Path) -> dict:
     train(cfg, run_dir)
     seconds = time.perf_counter() - start
     episodes = read_csv_complete_rows(run_dir / "episodes.csv")  # the suite's one reader of run logs
-    policy = CausalLMActorCritic(len(get_task(get_task_name(cfg)).vocabulary), cfg.env.network.init_from,
+    policy = CausalLMActorCritic(len(get_task(get_task_name(cfg)).vocabulary), resolve_init_from(cfg.env.network.init_from),
                                  cfg.env.network.temperature)
     policy.load_state_dict(read_checkpoint(run_dir / "checkpoint.pt")["algorithm"]["policy"])
     return {"actor": policy.actor.eval(), "seconds": seconds, "responses": len(episodes),
@@ -188,7 +188,7 @@ def compare(task: str, seed: int, samples: int, overrides: list[str]) -> dict:
         ours = train_ours(cfg, Path(tmp) / "ours")
         print(f"training TRL {TRL_VERSION} PPOTrainer on the same task: {ours['responses']} responses", flush=True)
         theirs = train_trl(cfg, ours["responses"], Path(tmp) / "trl")
-    reference = CausalLMActorCritic(len(get_task(task).vocabulary), cfg.env.network.init_from,
+    reference = CausalLMActorCritic(len(get_task(task).vocabulary), resolve_init_from(cfg.env.network.init_from),
                                     cfg.env.network.temperature).actor.eval()
     rows = {}
     for name, actor, run in (("reference (before training)", reference, None), ("ours", ours["actor"], ours),
