@@ -13,16 +13,19 @@ by side (never compare the times across runs on a shared machine):
   ours  the config of `python run.py algo=ppo env=RLHF<Task> seed=<seed>` (the family's values),
         trained into a temporary directory
   TRL   PPOConfig with the same values wherever TRL has the key: learning rate, PPO epochs, clip,
-        value-loss coefficient and clip, gradient-norm clip, gamma, lambda, KL coefficient (per-token
+        value-loss coefficient and clip, gamma, lambda, KL coefficient (per-token
         log-ratio, TRL's "k1"), reward whitening, temperature, response length, <eos> as the stop
-        token, missing-<eos> penalty; the same policy start (the supervised reference), the same frozen
+        token, missing-<eos> penalty (TRL has a max_grad_norm key, but its PPO loop never clips); the
+        same reward on both sides (a task whose env pays the judge, RLHFArithmetic, is trained here on
+        its learnt reward model, as TRL is); the same policy start (the supervised reference), the same frozen
         reference, the same reward model with the same normalisation of its score, a value model
         from the reference with its head at 0 (as ours), and as many responses as our run wrote.
 
 What cannot match, by design of the two trainers: TRL batches whole responses (64 prompts per rollout,
 4 minibatches of 16 responses) where ours batches tokens (64 envs x 16 tokens, 4 minibatches of 256
 tokens); TRL's optimizer is transformers' AdamW (eps 1e-8, a linear learning-rate decay) where ours is
-Adam (eps 1e-5, constant); TRL adds the score one token after <eos> (its known off-by-one) and can
+Adam (eps 1e-5) with the same linear decay; ours clips the global gradient norm (max_grad_norm), TRL's
+PPO loop does not; TRL adds the score one token after <eos> (its known off-by-one) and can
 sample <pad> and <bos>, which ours never generates (algorithms/lm_policy.py).
 
 Both final policies are then scored by one function (`score_policy`): `--samples` responses sampled
@@ -181,8 +184,15 @@ def train_trl(cfg, responses: int, out_dir: Path) -> dict:
 
 
 def compare(task: str, seed: int, samples: int, overrides: list[str]) -> dict:
+    # TRL's PPOTrainer trains on a reward model; a task whose env pays the judge (RLHFArithmetic) is trained here
+    # on the same learnt reward model, so that both sides optimise one objective (both are scored on both).
+    same_reward = ([] if compose_config([f"env={TASK_ENVS[task]}"]).env.kwargs.reward == "model"
+                   else ["env.kwargs.reward=model"])
+    if same_reward:
+        print(f"{TASK_ENVS[task]} pays the judge by default; both trainers optimise its learnt reward model here "
+              f"(env.kwargs.reward=model), the one TRL's PPOTrainer takes", flush=True)
     cfg = compose_config([f"env={TASK_ENVS[task]}", "algo=ppo", f"seed={seed}", "logging.tensorboard=false",
-                          "logging.progress_bar=false", *overrides])
+                          "logging.progress_bar=false", *same_reward, *overrides])
     with tempfile.TemporaryDirectory() as tmp:
         print(f"training ours: ppo on {TASK_ENVS[task]}, seed {seed}, {cfg.total_steps} generated tokens", flush=True)
         ours = train_ours(cfg, Path(tmp) / "ours")
