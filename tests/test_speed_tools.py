@@ -27,3 +27,16 @@ def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, cap
                                                                 "numpy: population of 2"]
     update_share = float(rows[2].split("|")[-2])
     assert 0 < update_share < 1
+
+
+def test_variant_cost_names_how_each_preset_updates_and_refuses_an_unknown_preset(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from benchmarks.speed import variant_cost
+
+    assert [variant_cost.update_kind("CartPole", algo) for algo in ("ppo", "outer_ppo_lr", "hp3o", "outer_ppo")] == [
+        "vectorized", "vectorized", "vectorized", "per_seed"]  # outer_ppo: the full-batch inner loop, seed by seed
+    with pytest.raises(SystemExit) as stop:
+        variant_cost.main(["--algos", "nosuch"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("error: --algos nosuch: no conf/algo/nosuch.yaml")

@@ -17,6 +17,7 @@ import argparse
 
 from algorithms import build_algorithm
 from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.trainer import PROJECT_ROOT
 from benchmarks.speed.seed_throughput import batch_sps
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 
@@ -42,6 +43,9 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
     args, started, load_before = parse_timing_args(parser, argv)
+    for algo in args.algos:
+        if not (PROJECT_ROOT / "conf" / "algo" / f"{algo}.yaml").is_file():
+            parser.error(f"--algos {algo}: no conf/algo/{algo}.yaml")
 
     algos = ["ppo"] + [algo for algo in args.algos if algo != "ppo"]
     rows = []
