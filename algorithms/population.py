@@ -398,7 +398,7 @@ class PopulationBatch:
             rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [seeds, most minibatches, width]
             for m in range(max(splits)):
                 minibatch = {key: gather_rows(value, rows[:, m]) for key, value in stacked.items()}
-                minibatch[MASK] = mask[:, m]
+                minibatch[MASK] = mask[:, m].contiguous()  # one stride whatever the epoch's count of minibatches
                 stepping = running & torch.tensor([m < split for split in splits])  # a seed with fewer: done
                 self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, stepping, inputs)
                 per_step.append(stats)
