@@ -398,7 +398,9 @@ class PopulationBatch:
             rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [seeds, most minibatches, width]
             for m in range(max(splits)):
                 minibatch = {key: gather_rows(value, rows[:, m]) for key, value in stacked.items()}
-                minibatch[MASK] = mask[:, m].contiguous()  # one stride whatever the epoch's count of minibatches
+                # fresh strides whatever the epoch's count of minibatches (a guard on them would recompile;
+                # contiguous() keeps a size-1 seed axis's stride, a population of one's)
+                minibatch[MASK] = mask[:, m].clone(memory_format=torch.contiguous_format)
                 stepping = running & torch.tensor([m < split for split in splits])  # a seed with fewer: done
                 self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, stepping, inputs)
                 per_step.append(stats)

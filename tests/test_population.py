@@ -272,11 +272,13 @@ def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_
     assert PPOCountingEpochs.epochs_run == 2  # each seed's own run_epochs, once per update
 
 
-def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(tmp_path):
+@pytest.mark.parametrize("seeds", [[0], [0, 1]])
+def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds, tmp_path):
     # HP3O's hybrid batches change size from epoch to epoch (and seed to seed), so the population's count of
-    # minibatch steps per epoch changes; the compiled program must still be the one compiled first (no recompile).
-    overrides = [*short_run("CartPole", "hp3o", 4), "seeds=[0,1]", "algo.minibatch_size=64"]
-    summaries = train_batch(compose_config(overrides), [tmp_path / f"seed{s}" for s in (0, 1)])
-    assert [summary["status"] for summary in summaries] == ["complete", "complete"]
+    # minibatch steps per epoch changes; the compiled program must still be the one compiled first (no recompile),
+    # for a population of one (whose seed axis has size 1) as for more.
+    overrides = [*short_run("CartPole", "hp3o", 4), f"seeds={seeds}", "algo.minibatch_size=64"]
+    summaries = train_batch(compose_config(overrides), [tmp_path / f"seed{s}" for s in seeds])
+    assert [summary["status"] for summary in summaries] == ["complete"] * len(seeds)
     log = pd.read_csv(tmp_path / "seed0" / "train.csv")
     assert log["buffer_fill"].iloc[-1] > 0 and log["batch_steps"].nunique() > 1
