@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from benchmarks.engine.logger import DiskFullError
 from benchmarks.engine.validate import ConfigError, validate_config
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,14 @@ def main(cfg: DictConfig) -> float | None:
         # The failure is recorded in the job's own directory (train() records its own). In a
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
-        if not is_recorded_failure(run_dir):
+        error = disk_full(error) or error
+        if not is_recorded_failure(run_dir) and not isinstance(error, DiskFullError):
             write_json_atomic(run_dir / "summary.json",
                               {"status": "failed", "error": f"{type(error).__name__}: {error}"})
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
-        expected = isinstance(error, (NonFiniteError, CheckpointError, gymnasium.error.Error))
+        expected = isinstance(error, (NonFiniteError, CheckpointError, DiskFullError, gymnasium.error.Error))
         if not multirun:
             if expected:  # one line, no traceback: the message says what happened and where
                 print(f"error: {run_dir}: {error}", file=sys.stderr)
@@ -110,6 +112,18 @@ def main(cfg: DictConfig) -> float | None:
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def disk_full(error: BaseException) -> DiskFullError | None:
+    """A full disk (or quota), wherever it struck (a checkpoint, a log line), as one DiskFullError; else None."""
+    import errno
+
+    if isinstance(error, DiskFullError):
+        return error
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(f"no space left on the device ({error.filename or 'a log or checkpoint'}): a resume "
+                             f"starts from the last whole checkpoint; free space and rerun the same command")
+    return None
 
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
@@ -140,7 +154,10 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         except RunLockedError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
-        except (NonFiniteError, CheckpointError) as error:
+        except (NonFiniteError, CheckpointError, DiskFullError, OSError) as error:
+            if isinstance(error, OSError) and not disk_full(error):
+                raise
+            error = disk_full(error) or error
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)

@@ -383,3 +383,56 @@ def test_pause_at_steps_needs_checkpoints(make_config):
         validate_config(make_config([*SMALL_RUN, "pause_at_steps=1024", "logging.checkpoint=false"]))
     assert str(error.value) == ("pause_at_steps=1024 needs logging.checkpoint=true: a paused run resumes from the "
                                 "checkpoint it writes there")
+
+
+def test_a_full_disk_mid_checkpoint_is_one_line_leaves_nothing_behind_and_resumes_exactly(monkeypatch, tmp_path):
+    import builtins
+    import errno
+
+    from benchmarks.engine import logger
+    from benchmarks.engine.logger import DiskFullError
+    from benchmarks.engine.trainer import compose_config, train
+
+    cfg = compose_config([*SMALL_RUN, "logging.tensorboard=false"])
+    train(cfg, tmp_path / "reference")
+    checkpoints = {"written": 0}
+
+    class FullDisk:
+        """A file that takes half of what it is given, then finds the disk full."""
+
+        def __init__(self, handle):
+            self.handle = handle
+
+        def write(self, data):
+            self.handle.write(data[:len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    def opening(path, mode="r", *args, **kwargs):
+        handle = builtins.open(path, mode, *args, **kwargs)
+        if str(path).endswith("checkpoint.pt.tmp"):
+            checkpoints["written"] += 1
+            if checkpoints["written"] == 3:  # the third checkpoint: the disk is full
+                return FullDisk(handle)
+        return handle
+
+    monkeypatch.setattr(logger, "open", opening, raising=False)
+    with pytest.raises(DiskFullError) as error:
+        train(cfg, tmp_path / "run")
+    assert str(error.value) == (f"no space left on the device to write {tmp_path / 'run' / 'checkpoint.pt'}: nothing "
+                                f"half-written is left, and a resume starts from the last whole checkpoint; free "
+                                f"space and rerun the same command")
+    left = sorted(path.name for path in (tmp_path / "run").iterdir())
+    assert not [name for name in left if name.endswith(".tmp") or name == ".lock"], left
+    monkeypatch.undo()  # space freed
+    train(cfg, tmp_path / "run")
+    assert_same_metrics(tmp_path / "reference", tmp_path / "run")
+    assert not (tmp_path / "reference" / ".lock").exists()  # a finished run leaves no lock either

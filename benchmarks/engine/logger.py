@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import json
 import math
@@ -160,12 +161,30 @@ def read_csv_complete_rows(path: Path):
     return pd.read_csv(io.StringIO(text))
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write to a temp file then rename: a reader never sees a half-written summary."""
+class DiskFullError(RuntimeError):
+    """A file could not be written for lack of space (or quota); its temp file was removed."""
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write to a temp file then rename: a reader never sees a half-written file. If the write fails, no temp file
+    stays behind, and a full disk is one DiskFullError naming the file (the previous version of it is kept)."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no space left on the device to write {path}: nothing half-written is left, and a "
+                                f"resume starts from the last whole checkpoint; free space and rerun the same "
+                                f"command") from None
+        raise
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """A summary or record as JSON, written atomically (write_bytes_atomic)."""
+    write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode())

@@ -31,7 +31,7 @@ from benchmarks import numerics
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
-from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.logger import CSVLog, RunLogger, write_bytes_atomic, write_json_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -286,15 +286,21 @@ def run_lock(run_dir: Path):
     """
     import fcntl
 
-    handle = open(run_dir / ".lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
+    path = run_dir / ".lock"
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
+                                 f"finish, or choose another run directory") from None
+        # The holder before us removes the file as it releases it: a lock taken on a removed file is no lock.
+        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            break
         handle.close()
-        raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
-                             f"finish, or choose another run directory") from None
     try:
         handle.seek(0)
         handle.truncate()
@@ -302,6 +308,7 @@ def run_lock(run_dir: Path):
         handle.flush()
         yield
     finally:
+        path.unlink(missing_ok=True)  # still held: no other process can have taken it; nothing stays behind
         handle.close()
 
 
@@ -657,9 +664,9 @@ def final_metrics(last_eval: dict | None) -> dict:
 
 
 def save_atomic(obj, path: Path) -> None:
-    tmp = Path(str(path) + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes_atomic(path, buffer.getvalue())  # a failed write leaves no temp file; a full disk is one line
 
 
 def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
