@@ -284,7 +284,7 @@ def test_token_task_keys_are_refused_on_other_families(make_config):
         validate_config(make_config(["env=CartPole", "+env.kl_penalty.coef=0.1"]))
 
 
-def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(make_config, tmp_path):
+def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(make_config, tmp_path, capsys):
     cfg = make_config(["env=RLHFArithmetic", "algo=outer_ppo", "total_steps=2048", "eval.every_steps=1024", *QUIET])
     summary = train(cfg, tmp_path)
     assert summary["status"] == "complete"
@@ -296,7 +296,13 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
     # `python -m benchmarks.evaluate` rebuilds the language-model policy from the checkpoint
     from benchmarks.evaluate import main as evaluate_main
 
+    capsys.readouterr()
     evaluate_main([str(tmp_path / "checkpoint.pt"), "--episodes", "4"])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("outer_ppo on benchmarks.rlhf.env:RLHF/Arithmetic-v0: deterministic return ")
+    assert line.endswith(" over 4 episodes")
+    mean = float(line.split("deterministic return ")[1].split(" +- ")[0])
+    assert 0.0 <= mean <= 1.0  # the judge pays 1 for the exact sum, else 0
 
 
 # 4 iterations of 1024 tokens, a checkpoint after each; killed after the second
