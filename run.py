@@ -88,9 +88,12 @@ def main(cfg: DictConfig) -> float | None:
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
-        if not is_recorded_failure(run_dir) and not isinstance(error, DiskFullError):
-            write_json_atomic(run_dir / "summary.json",
-                              {"status": "failed", "error": f"{type(error).__name__}: {error}"})
+        if not is_recorded_failure(run_dir):
+            try:  # a few bytes may still fit on a full disk; if not, the checkpoint still resumes the run
+                write_json_atomic(run_dir / "summary.json",
+                                  {"status": "failed", "error": f"{type(error).__name__}: {error}"})
+            except DiskFullError:
+                pass
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others

@@ -40,7 +40,6 @@ from torch import nn
 
 from algorithms.core import LOG_SQRT_2PI, Rollout, compute_gae, make_optimizer
 from algorithms.numpy_backend import inside, log_softmax, min_branch_weight
-from algorithms.population import population_problems
 from algorithms.ppo import PPO, LOSS_KEYS, explained_variance
 
 
@@ -97,6 +96,13 @@ class RandomState:
         np.random.set_state(numpy_state)
 
 
+def update_loop_of_its_own(cls) -> bool:
+    """Whether a class replaces any of PPO's update loop (what SeedBatch's batched update would skip)."""
+    methods = ("update", "optimize", "run_epochs", "minibatch_step", "epoch_batches", "num_minibatches",
+               "after_epochs", "begin_update", "end_update", "flatten_rollout", "build_optimizer")
+    return any(getattr(cls, method) is not getattr(PPO, method) for method in methods)
+
+
 class SeedBatch:
     """N algorithm objects of one config (numpy backend) whose parameters live in one [N, P] array."""
 
@@ -125,14 +131,11 @@ class SeedBatch:
         self.actor_grads = list(zip(grad_views[critic_end:actor_end:2], grad_views[critic_end + 1:actor_end:2]))
         self.actor_logstd = None if self.discrete else views[-1]
         self.actor_logstd_grad = None if self.discrete else grad_views[-1]
-        # PPO's own update is batched; any other algorithm's runs seed by seed.
-        # (population_problems: the capability the compiled population reads - another optimizer, or an undeclared
-        # override of the update loop, trains seed by seed with the class's own code, never as PPO's Adam)
-        self.batched_update = all(type(a).update is PPO.update and a.runs_on_numpy_backend()
-                                  and type(a).optimize is PPO.optimize and not population_problems(a)
-                                  and type(a).begin_update is PPO.begin_update
-                                  and type(a).end_update is PPO.end_update
-                                  and type(a).flatten_rollout is PPO.flatten_rollout for a in algorithms)
+        # PPO's own update is batched; any other algorithm's runs seed by seed: a class with any update-loop method
+        # of its own, or another optimizer than Adam, trains with its own code, never as PPO's Adam.
+        self.batched_update = all(a.runs_on_numpy_backend() and not update_loop_of_its_own(type(a))
+                                  and type(a.optimizer) is torch.optim.Adam  # its one batched Adam
+                                  and a.optimizer.param_groups[0]["weight_decay"] == 0 for a in algorithms)
         if self.batched_update:
             # One Adam over the [seeds, parameters] array: elementwise, so it is every seed's own Adam
             # (same lr schedule and step count in lockstep) in one call. The seeds' own optimizers hold

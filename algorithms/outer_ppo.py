@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from algorithms.core import clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
+from algorithms.population import steps_optimizer
 from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
 from algorithms.schema import (
     Before,
@@ -92,8 +93,8 @@ class OuterPPOConfig(PPOConfig):
 
 class OuterPPO(PPO):
     Config = OuterPPOConfig
-    # PPO's inner loop with PPO's Adam runs in a population's vectorized epochs, the outer step around them per
-    # seed (begin_update, end_update); the full-batch inner loop, or another inner optimizer, runs seed by seed.
+    # PPO's inner loop with Adam or plain SGD runs in a population's vectorized epochs, the outer step around them
+    # per seed (begin_update, end_update); the full-batch inner loop, or another inner optimizer, runs seed by seed.
     # Declared per instance in __init__, from the config; this is the class's default.
     population_update = "per_seed"
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
@@ -127,9 +128,9 @@ class OuterPPO(PPO):
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None
         self.outer_start: tuple | None = None  # (theta_k, log-probabilities before), between the two hooks
-        inner = self.cfg.inner_optimizer
-        if not self.full_batch and inner.type == "adam" and inner.weight_decay == 0:
-            self.population_update = "vectorized"
+        declarer = next(klass for klass in type(self).__mro__ if "population_update" in vars(klass))
+        if declarer is OuterPPO and not self.full_batch and steps_optimizer(self.optimizer):
+            self.population_update = "vectorized"  # PPO's inner loop with Adam or plain SGD (a subclass says its own)
 
     # -- construction -------------------------------------------------------
 

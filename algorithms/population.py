@@ -77,6 +77,11 @@ def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tens
     return grad * torch.clamp(max_norm / (norm + 1e-6), max=1.0), norm
 
 
+def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+    """torch.optim.SGD's step without momentum or weight decay: p -= lr * g."""
+    return param - lr * grad
+
+
 def adam_update(param: torch.Tensor, grad: torch.Tensor, state: dict, lr: torch.Tensor, betas: tuple[float, float],
                 eps: float) -> tuple[torch.Tensor, dict]:
     """torch.optim.Adam's step (no weight decay, no amsgrad) on a flat parameter, written as tensor ops in torch's
@@ -170,12 +175,12 @@ class UncheckedCalls:
     def __enter__(self):
         for program in self.programs:
             program.checked_in_block = False
-        UncheckedCalls.active = True
         self.previous = torch.compiler.set_stance("default", skip_guard_eval_unsafe=True).prev  # set until exit
+        self.was_active, UncheckedCalls.active = UncheckedCalls.active, True
         return self
 
     def __exit__(self, *exc):
-        UncheckedCalls.active = False
+        UncheckedCalls.active = self.was_active
         previous = self.previous
         torch.compiler.set_stance(previous.stance, skip_guard_eval_unsafe=previous.skip_guard_eval_unsafe,
                                   force_backend=previous.backend)
@@ -189,20 +194,21 @@ class PopulationStep:
     through loss_inputs.
     """
 
-    def __init__(self, template, max_grad_norm: float, betas: tuple[float, float], eps: float,
-                 mode: str | None = None):
+    def __init__(self, template, max_grad_norm: float, optimizer: torch.optim.Optimizer, mode: str | None = None):
         # A shallow copy (the same policy module and config): the loss inputs it is traced with are set on the copy
         # only, so the run's own objects (whose PPO-KL beta adapts every update) are never read by the compiled
         # program's guards; a guard on a changing Python number would recompile, and past the recompile limit
         # fall back to eager, changing the rounding mid-run.
         self.module = LossModule(copy.copy(template))
         self.layout = FlatLayout(template.policy)
-        self.max_grad_norm, self.betas, self.eps = float(max_grad_norm), tuple(betas), float(eps)
+        group = optimizer.param_groups[0]
+        self.max_grad_norm, self.adam = float(max_grad_norm), isinstance(optimizer, torch.optim.Adam)
+        self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.adam else (None, None)
         self.mode = mode or compile_mode()
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
                                  self.mode)
 
-    def one_seed(self, flat: torch.Tensor, adam: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
+    def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
                  inputs: dict):
         def loss(parameters: torch.Tensor):
             named = {f"policy.{name}": value for name, value in self.layout.unflatten(parameters).items()}
@@ -210,15 +216,18 @@ class PopulationStep:
 
         grad, stats = torch.func.grad(loss, has_aux=True)(flat)
         grad, grad_norm = clip_by_global_norm(grad, self.max_grad_norm)
-        new_flat, new_adam = adam_update(flat, grad, adam, lr, self.betas, self.eps)
+        if self.adam:
+            new_flat, new_moments = adam_update(flat, grad, moments, lr, self.betas, self.eps)
+        else:  # plain SGD keeps no state
+            new_flat, new_moments = sgd_update(flat, grad, lr), {}
         # a stopped seed keeps its parameters and moments exactly (Adam would move it on a zero gradient)
         new_flat = torch.where(active, new_flat, flat)
-        new_adam = {key: torch.where(active, value, adam[key]) for key, value in new_adam.items()}
-        return new_flat, new_adam, {**stats, "grad_norm": grad_norm}
+        new_moments = {key: torch.where(active, value, moments[key]) for key, value in new_moments.items()}
+        return new_flat, new_moments, {**stats, "grad_norm": grad_norm}
 
-    def __call__(self, flat: torch.Tensor, adam: dict, minibatch: dict, lr: float, active: torch.Tensor,
+    def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: float, active: torch.Tensor,
                  inputs: dict):
-        return self.step(flat, adam, minibatch, torch.tensor(lr, dtype=torch.float32), active, inputs)
+        return self.step(flat, moments, minibatch, torch.tensor(lr, dtype=torch.float32), active, inputs)
 
 
 def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
@@ -302,10 +311,8 @@ class PopulationBatch:
         self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
         if self.vectorized:
             refuse_other_optimizers(algorithms)
-            cfg = first.cfg
-            group = first.optimizer.param_groups[0]
-            self.step = PopulationStep(first, cfg.max_grad_norm, group["betas"], group["eps"], mode=self.mode)
-            self.adam = adam_state_from([a.optimizer for a in algorithms], self.policies)
+            self.step = PopulationStep(first, first.cfg.max_grad_norm, first.optimizer, mode=self.mode)
+            self.adam = adam_state_from([a.optimizer for a in algorithms], self.policies) if self.step.adam else {}
 
     def __len__(self) -> int:
         return len(self.algorithms)
@@ -377,21 +384,27 @@ class PopulationBatch:
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
                   for name in first.loss_inputs()}
         running = torch.tensor(active)
-        epoch_iterators = [iter(a.epoch_batches(batch)) if on else None
-                           for a, batch, on in zip(algorithms, batches, active)]
+        epoch_iterators = []
+        for algorithm, batch, randoms, on in zip(algorithms, batches, self.randoms, active):
+            with randoms:  # a variant may draw its epochs' batches as it makes them
+                epoch_iterators.append(iter(algorithm.epoch_batches(batch)) if on else None)
         trained_on = [[] for _ in algorithms]  # each seed's epoch batches (explained variance over them)
         per_step, stepped = [], []
         for _epoch in range(first.cfg.update_epochs):
-            epoch = []
+            epoch, training = [], []
             for index, epochs in enumerate(epoch_iterators):
-                if epochs is None:
-                    epoch.append(batches[index])  # a stopped seed: rows to fill its slot, never stepped
-                    continue
-                with self.randoms[index]:
-                    epoch.append(next(epochs))
-                trained_on[index].append(epoch[-1])
+                drawn = None
+                if epochs is not None:
+                    with self.randoms[index]:
+                        drawn = next(epochs, None)  # None: this seed's epochs are over (as run_epochs would stop)
+                training.append(drawn is not None)
+                epoch.append(drawn if drawn is not None else batches[index])  # a stopped seed: rows, never stepped
+                if drawn is not None:
+                    trained_on[index].append(drawn)
+            if not any(training):
+                break
             counts = [batch["obs"].shape[0] for batch in epoch]
-            splits = [a.num_minibatches(count) for a, count in zip(algorithms, counts)]
+            splits = [a.num_minibatches(count) if on else 0 for a, count, on in zip(algorithms, counts, training)]
             # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
             largest = max(counts)
             stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in epoch]) for key in first.loss_keys}
@@ -427,12 +440,12 @@ class PopulationBatch:
     def optimizer_from_seeds(self) -> None:
         """Parameters and Adam state from the seeds' own objects (after they loaded a checkpoint)."""
         self.params = stack_parameters(self.policies)
-        if self.vectorized:
+        if self.vectorized and self.step.adam:
             self.adam = adam_state_from([a.optimizer for a in self.algorithms], self.policies)
 
     def optimizer_to_seeds(self) -> None:
         """Each seed's optimizer state = its row of the population's (before its checkpoint is written)."""
-        if self.vectorized:
+        if self.vectorized and self.step.adam:
             adam_state_to(self.adam, [a.optimizer for a in self.algorithms], self.policies)
 
 
@@ -446,11 +459,12 @@ def undeclared_overrides(cls) -> list[str]:
     vectorized population would skip without anyone having said it may (the declaration is the capability)."""
     from algorithms.ppo import PPO
 
-    declarer = next(klass for klass in cls.__mro__ if "population_update" in vars(klass))
+    mro = cls.__mro__
+    declarer = next(klass for klass in mro if "population_update" in vars(klass))
     overridden = []
     for method in UPDATE_LOOP_METHODS:
-        definer = next(klass for klass in cls.__mro__ if method in vars(klass))
-        if definer is not PPO and definer is not declarer and issubclass(definer, declarer):
+        definer = next(klass for klass in mro if method in vars(klass))
+        if definer is not PPO and mro.index(definer) < mro.index(declarer):  # below it (a mixin's too)
             overridden.append(method)
     return overridden
 
@@ -471,13 +485,27 @@ def population_problems(algorithm) -> list[str]:
         return [f"{cls.__name__} overrides {', '.join(overridden)}, which the population's vectorized update does "
                 f"not run; declare population_update = \"per_seed\" in the class (its own update, seed by seed), "
                 f"or \"vectorized\" if the override changes nothing a population must run"]
-    optimizer = algorithm.optimizer
-    group = optimizer.param_groups[0]
-    if type(optimizer) is not torch.optim.Adam or group["weight_decay"] != 0 or group.get("amsgrad"):
-        return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay {group.get('weight_decay')}): "
-                f"the population's vectorized update steps PPO's Adam only; declare population_update = \"per_seed\" "
-                f"in the class"]
+    owned = {id(parameter) for group in algorithm.optimizer.param_groups for parameter in group["params"]}
+    if owned != {id(parameter) for parameter in algorithm.policy.parameters()}:
+        return [f"{cls.__name__}'s optimizer steps only some of its policy's parameters: the population's vectorized "
+                f"update steps them all; declare population_update = \"per_seed\" in the class"]
+    if not steps_optimizer(algorithm.optimizer):
+        optimizer = algorithm.optimizer
+        return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay "
+                f"{optimizer.param_groups[0].get('weight_decay')}): the population's vectorized update steps Adam "
+                f"without weight decay or plain SGD only; declare population_update = \"per_seed\" in the class"]
     return []
+
+
+def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
+    amsgrad, or torch.optim.SGD without momentum or weight decay, over every parameter of the policy."""
+    group = optimizer.param_groups[0]
+    if len(optimizer.param_groups) != 1 or group["weight_decay"] != 0:
+        return False
+    if type(optimizer) is torch.optim.Adam:
+        return not group.get("amsgrad")
+    return type(optimizer) is torch.optim.SGD and group["momentum"] == 0 and not group.get("nesterov")
 
 
 def refuse_other_optimizers(algorithms: list) -> None:
@@ -500,6 +528,8 @@ def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: li
     rows = torch.zeros(len(counts), most, width, dtype=torch.long)
     mask = torch.zeros(len(counts), most, width)
     for index, (count, split, seed_randoms) in enumerate(zip(counts, splits, randoms)):
+        if split == 0:  # a seed that takes no step this epoch draws nothing
+            continue
         permutation = torch.randperm(count, generator=seed_randoms.torch)
         for m, piece in enumerate(torch.tensor_split(permutation, split)):
             rows[index, m, :len(piece)] = piece

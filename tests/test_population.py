@@ -65,7 +65,7 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
 
 
 @pytest.mark.parametrize("algo", ["ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
-                                  "hp3o_plus"])
+                                  "hp3o_plus", "ppo with plain SGD"])
 def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops; Outer-PPO's outer
     step around the epochs, by its own begin_update/end_update) against the algorithm's own eager update
@@ -77,15 +77,18 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     from tests.test_outer_ppo import synthetic_rollout
 
     torch.manual_seed(0)
-    cfg = compose_config([f"algo={algo}", "env=HalfCheetah", "algo.backend=torch"])
+    preset = algo.split()[0]  # "ppo with plain SGD": the population's SGD step (Outer-PPO's named inner optimizer)
+    cfg = compose_config([f"algo={preset}", "env=HalfCheetah", "algo.backend=torch"])
     kind = cfg.algo.algorithm
-    alone = ALGORITHMS[kind](17, 6, False, cfg.algo, 10)
+    alone = (PPOWithSGD if "SGD" in algo else ALGORITHMS[kind])(17, 6, False, cfg.algo, 10)
     member = copy.deepcopy(alone)
     member.optimizer = member.build_optimizer()
     if kind == "outer_ppo":
         member.outer_params = (member.policy.actor_parameters() if member.cfg.apply_to == "actor"
                                else list(member.policy.parameters()))
-        member.outer_optimizer = type(alone.outer_optimizer)(member.outer_params, **alone.outer_optimizer.defaults)
+        from algorithms.outer_ppo import optimizer_from_config
+
+        member.outer_optimizer = optimizer_from_config(member.outer_params, member.cfg.outer_optimizer)
     assert member.population_update == "vectorized"
     rollouts = [synthetic_rollout(alone, 17, num_steps=200, num_envs=2, seed=seed) for seed in (1, 2, 3)]
     for rollout in rollouts:
@@ -146,31 +149,38 @@ def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypa
 
 
 class PPOWithSGD(PPO):
-    """Replaces PPO's optimizer but keeps the vectorized update: a population would step Adam instead."""
+    """PPO stepped by plain SGD (no momentum): a population steps it with its own SGD."""
 
     def build_optimizer(self):
         return torch.optim.SGD(self.trained_parameters(), lr=self.cfg.lr)
+
+
+class PPOWithRMSprop(PPO):
+    """Replaces PPO's optimizer but keeps the vectorized update: a population would step Adam instead."""
+
+    def build_optimizer(self):
+        return torch.optim.RMSprop(self.trained_parameters(), lr=self.cfg.lr)
 
 
 def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, tmp_path):
     """Refused at config time, in one line; the population itself refuses it too (nothing trains as Adam)."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
-    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithSGD)
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithRMSprop)
     cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
-    message = ("PPOWithSGD builds SGD (weight_decay 0): the population's vectorized update steps PPO's Adam only; "
-               "declare population_update = \"per_seed\" in the class")
+    message = ("PPOWithRMSprop builds RMSprop (weight_decay 0): the population's vectorized update steps Adam "
+               "without weight decay or plain SGD only; declare population_update = \"per_seed\" in the class")
     with pytest.raises(ConfigError) as error:
         validate_config(cfg)
     assert str(error.value) == f"algo.backend=compiled: {message}"
     with pytest.raises(ValueError) as error:
         train_batch(cfg, [tmp_path / "a", tmp_path / "b"])
     assert str(error.value) == message
-    PPOWithSGD.population_update = "per_seed"  # declared: its own update, seed by seed
+    PPOWithRMSprop.population_update = "per_seed"  # declared: its own update, seed by seed
     try:
         validate_config(cfg)
     finally:
-        del PPOWithSGD.population_update
+        del PPOWithRMSprop.population_update
 
 
 @pytest.mark.slow
@@ -282,3 +292,38 @@ def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds
     assert [summary["status"] for summary in summaries] == ["complete"] * len(seeds)
     log = pd.read_csv(tmp_path / "seed0" / "train.csv")
     assert log["buffer_fill"].iloc[-1] > 0 and log["batch_steps"].nunique() > 1
+
+
+class TimingMixin:
+    """A mixin that replaces the update loop: the override comes from beside PPO, not below it."""
+
+    def run_epochs(self, epoch_batches, optimizer):
+        return PPO.run_epochs(self, epoch_batches, optimizer)
+
+
+class PPOWithMixin(TimingMixin, PPO):
+    pass
+
+
+def test_an_override_from_a_mixin_is_refused_too():
+    from algorithms.population import undeclared_overrides
+
+    assert undeclared_overrides(PPOWithMixin) == ["run_epochs"]
+    assert undeclared_overrides(ALGORITHMS["hp3o"]) == [] and undeclared_overrides(PPO) == []
+
+
+def test_a_stopped_hp3o_seed_takes_no_step_and_stops_nothing_else(eager):
+    # A stopped seed's rollout has no valid rows (HP3O would cut it into zero minibatches); the others train on.
+    from algorithms.batched import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    cfg = compose_config(["algo=hp3o", "env=HalfCheetah", "algo.backend=compiled"])
+    torch.manual_seed(0)
+    members = [ALGORITHMS["hp3o"](17, 6, False, cfg.algo, 10) for _ in range(2)]
+    population = PopulationBatch(members, [RandomState() for _ in members])
+    stopped = synthetic_rollout(members[1], 17, num_steps=64, num_envs=2, seed=1)
+    stopped.valid[:] = False
+    before = [p.clone() for p in members[1].policy.parameters()]
+    stats = population.update([synthetic_rollout(members[0], 17, num_steps=64, num_envs=2), stopped], 1, [True, False])
+    assert stats[1] is None and stats[0]["policy_loss"] == stats[0]["policy_loss"]  # finite, not NaN
+    assert all(torch.equal(a, b) for a, b in zip(before, members[1].policy.parameters()))

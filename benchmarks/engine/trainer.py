@@ -298,7 +298,12 @@ def run_lock(run_dir: Path):
             raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
                                  f"finish, or choose another run directory") from None
         # The holder before us removes the file as it releases it: a lock taken on a removed file is no lock.
-        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+        try:
+            on_disk = os.stat(path)
+        except FileNotFoundError:
+            on_disk = None
+        held = os.fstat(handle.fileno())
+        if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
             break
         handle.close()
     try:
