@@ -202,7 +202,7 @@ class PopulationStep:
         self.module = LossModule(copy.copy(template))
         self.layout = FlatLayout(template.policy)
         group = optimizer.param_groups[0]
-        self.max_grad_norm, self.adam = float(max_grad_norm), isinstance(optimizer, torch.optim.Adam)
+        self.max_grad_norm, self.adam = float(max_grad_norm), type(optimizer) is torch.optim.Adam
         self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.adam else (None, None)
         self.mode = mode or compile_mode()
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
@@ -500,8 +500,10 @@ def population_problems(algorithm) -> list[str]:
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
     amsgrad, or torch.optim.SGD without momentum or weight decay, over every parameter of the policy."""
-    group = optimizer.param_groups[0]
-    if len(optimizer.param_groups) != 1 or group["weight_decay"] != 0:
+    if len(optimizer.param_groups) != 1:
+        return False
+    group = optimizer.param_groups[0]  # (Rprop and LBFGS have no weight_decay key)
+    if group.get("maximize") or group.get("weight_decay", 0) != 0:
         return False
     if type(optimizer) is torch.optim.Adam:
         return not group.get("amsgrad")

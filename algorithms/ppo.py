@@ -222,8 +222,8 @@ class PPO(Algorithm):
         return stats | self.after_epochs(batch)
 
     def epoch_batches(self, batch: Batch) -> Iterator[Batch]:
-        """The batch each epoch trains on: PPO's is the rollout's, every epoch (HP3O draws a hybrid batch per
-        epoch, lazily). A population draws each seed's from the seed's own streams."""
+        """The batch each epoch trains on, at most update_epochs of them: PPO's is the rollout's, every epoch (HP3O
+        draws a hybrid batch per epoch, lazily). A population draws each seed's from the seed's own streams."""
         return (batch for _epoch in range(self.cfg.update_epochs))
 
     def after_epochs(self, batch: Batch) -> dict[str, float]:

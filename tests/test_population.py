@@ -162,6 +162,17 @@ class PPOWithRMSprop(PPO):
         return torch.optim.RMSprop(self.trained_parameters(), lr=self.cfg.lr)
 
 
+def test_an_optimizer_the_population_does_not_step_is_told_apart_without_reading_keys_it_lacks():
+    from algorithms.population import steps_optimizer
+
+    parameters = [torch.nn.Parameter(torch.zeros(3))]
+    assert steps_optimizer(torch.optim.Adam(parameters)) and steps_optimizer(torch.optim.SGD(parameters, lr=0.1))
+    for other in (torch.optim.Rprop(parameters), torch.optim.LBFGS(parameters), torch.optim.AdamW(parameters),
+                  torch.optim.SGD(parameters, lr=0.1, momentum=0.9), torch.optim.SGD(parameters, lr=0.1, maximize=True),
+                  torch.optim.Adam(parameters, maximize=True), torch.optim.Adam(parameters, weight_decay=0.1)):
+        assert not steps_optimizer(other), type(other).__name__
+
+
 def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, tmp_path):
     """Refused at config time, in one line; the population itself refuses it too (nothing trains as Adam)."""
     from benchmarks.engine.validate import ConfigError, validate_config

@@ -66,6 +66,8 @@ def ours_sps(cfg) -> float:
         train(cfg, Path(run_dir))
         log = pd.read_csv(Path(run_dir) / "train.csv")
     if cfg.algo.backend == "compiled":  # its first iteration compiles (seconds): left out, as seed_throughput does
+        if len(log) < 2:
+            raise SystemExit("error: give --steps of at least two iterations (the first, which compiles, is not timed)")
         steps = log["env_steps"].iloc[-1] - log["env_steps"].iloc[0]
         log = log.iloc[1:]
         return steps / (log["rollout_time"].sum() + log["update_time"].sum())
