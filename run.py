@@ -157,10 +157,10 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         except RunLockedError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
-        except (NonFiniteError, CheckpointError, DiskFullError, OSError) as error:
-            if isinstance(error, OSError) and not disk_full(error):
+        except (NonFiniteError, CheckpointError, DiskFullError, OSError) as caught:
+            error = disk_full(caught) or caught
+            if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
-            error = disk_full(error) or error
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from algorithms.core import clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
-from algorithms.population import steps_optimizer
+from algorithms.population import declaring_class, steps_optimizer
 from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
 from algorithms.schema import (
     Before,
@@ -128,8 +128,7 @@ class OuterPPO(PPO):
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None
         self.outer_start: tuple | None = None  # (theta_k, log-probabilities before), between the two hooks
-        declarer = next(klass for klass in type(self).__mro__ if "population_update" in vars(klass))
-        if declarer is OuterPPO and not self.full_batch and steps_optimizer(self.optimizer):
+        if declaring_class(type(self)) is OuterPPO and not self.full_batch and steps_optimizer(self.optimizer):
             self.population_update = "vectorized"  # PPO's inner loop with Adam or plain SGD (a subclass says its own)
 
     # -- construction -------------------------------------------------------

@@ -202,8 +202,8 @@ class PopulationStep:
         self.module = LossModule(copy.copy(template))
         self.layout = FlatLayout(template.policy)
         group = optimizer.param_groups[0]
-        self.max_grad_norm, self.adam = float(max_grad_norm), type(optimizer) is torch.optim.Adam
-        self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.adam else (None, None)
+        self.max_grad_norm, self.steps_adam = float(max_grad_norm), type(optimizer) is torch.optim.Adam
+        self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.steps_adam else (None, None)
         self.mode = mode or compile_mode()
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
                                  self.mode)
@@ -216,7 +216,7 @@ class PopulationStep:
 
         grad, stats = torch.func.grad(loss, has_aux=True)(flat)
         grad, grad_norm = clip_by_global_norm(grad, self.max_grad_norm)
-        if self.adam:
+        if self.steps_adam:
             new_flat, new_moments = adam_update(flat, grad, moments, lr, self.betas, self.eps)
         else:  # plain SGD keeps no state
             new_flat, new_moments = sgd_update(flat, grad, lr), {}
@@ -305,14 +305,16 @@ class PopulationBatch:
             torch._dynamo.reset()
             torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
-        self.draws = None  # [seeds, envs, width]: each act call's noise, allocated on the first
+        self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated on the first
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
         if self.vectorized:
             refuse_other_optimizers(algorithms)
             self.step = PopulationStep(first, first.cfg.max_grad_norm, first.optimizer, mode=self.mode)
-            self.adam = adam_state_from([a.optimizer for a in algorithms], self.policies) if self.step.adam else {}
+            # Adam's [S] steps and [S, P] moments; plain SGD keeps none
+            self.moments = (adam_state_from([a.optimizer for a in algorithms], self.policies)
+                            if self.step.steps_adam else {})
 
     def __len__(self) -> int:
         return len(self.algorithms)
@@ -408,14 +410,14 @@ class PopulationBatch:
             # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
             largest = max(counts)
             stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in epoch]) for key in first.loss_keys}
-            rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [seeds, most minibatches, width]
+            rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [most minibatches, seeds, width]
+            seed_splits = torch.tensor(splits)
             for m in range(max(splits)):
-                minibatch = {key: gather_rows(value, rows[:, m]) for key, value in stacked.items()}
-                # fresh strides whatever the epoch's count of minibatches (a guard on them would recompile;
-                # contiguous() keeps a size-1 seed axis's stride, a population of one's)
-                minibatch[MASK] = mask[:, m].clone(memory_format=torch.contiguous_format)
-                stepping = running & torch.tensor([m < split for split in splits])  # a seed with fewer: done
-                self.params, self.adam, stats = self.step(self.params, self.adam, minibatch, lr, stepping, inputs)
+                minibatch = {key: gather_rows(value, rows[m]) for key, value in stacked.items()}
+                minibatch[MASK] = mask[m]
+                stepping = running & (m < seed_splits)  # a seed with fewer minibatches this epoch is done
+                self.params, self.moments, stats = self.step(self.params, self.moments, minibatch, lr, stepping,
+                                                             inputs)
                 per_step.append(stats)
                 stepped.append(stepping)
         parameters_to(self.params, self.policies)
@@ -440,18 +442,23 @@ class PopulationBatch:
     def optimizer_from_seeds(self) -> None:
         """Parameters and Adam state from the seeds' own objects (after they loaded a checkpoint)."""
         self.params = stack_parameters(self.policies)
-        if self.vectorized and self.step.adam:
-            self.adam = adam_state_from([a.optimizer for a in self.algorithms], self.policies)
+        if self.vectorized and self.step.steps_adam:
+            self.moments = adam_state_from([a.optimizer for a in self.algorithms], self.policies)
 
     def optimizer_to_seeds(self) -> None:
         """Each seed's optimizer state = its row of the population's (before its checkpoint is written)."""
-        if self.vectorized and self.step.adam:
-            adam_state_to(self.adam, [a.optimizer for a in self.algorithms], self.policies)
+        if self.vectorized and self.step.steps_adam:
+            adam_state_to(self.moments, [a.optimizer for a in self.algorithms], self.policies)
 
 
 # PPO's methods whose code the vectorized update does not run (it runs the algorithm's loss_terms,
 # evaluate_minibatch, flatten_rollout, num_minibatches, after_epochs and annealed_lr, and steps Adam itself).
 UPDATE_LOOP_METHODS = ("update", "optimize", "run_epochs", "minibatch_step")
+
+
+def declaring_class(cls) -> type:
+    """The class whose body says how a population runs `cls`'s update (population_update)."""
+    return next(klass for klass in cls.__mro__ if "population_update" in vars(klass))
 
 
 def undeclared_overrides(cls) -> list[str]:
@@ -460,7 +467,7 @@ def undeclared_overrides(cls) -> list[str]:
     from algorithms.ppo import PPO
 
     mro = cls.__mro__
-    declarer = next(klass for klass in mro if "population_update" in vars(klass))
+    declarer = declaring_class(cls)
     overridden = []
     for method in UPDATE_LOOP_METHODS:
         definer = next(klass for klass in mro if method in vars(klass))
@@ -471,9 +478,9 @@ def undeclared_overrides(cls) -> list[str]:
 
 def population_problems(algorithm) -> list[str]:
     """Why a population cannot run this algorithm object (empty: it can). The vectorized update runs the class's
-    loss terms and steps Adam without weight decay (PPO's optimizer), so another optimizer, or an override of the
-    update loop the class did not declare with population_update, is refused, never trained as PPO; a variant that
-    builds another optimizer, or replaces the update loop, declares population_update = "per_seed"."""
+    loss terms and steps Adam without weight decay or plain SGD over every policy parameter, so another optimizer,
+    or an override of the update loop the class did not declare with population_update, is refused, never trained
+    as PPO; a variant that builds another optimizer, or replaces the update loop, declares "per_seed"."""
     cls = type(algorithm)
     kind = algorithm.population_update
     if kind not in ("vectorized", "per_seed"):
@@ -499,7 +506,7 @@ def population_problems(algorithm) -> list[str]:
 
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
-    amsgrad, or torch.optim.SGD without momentum or weight decay, over every parameter of the policy."""
+    amsgrad, or torch.optim.SGD without momentum or weight decay (one parameter group, not maximizing)."""
     if len(optimizer.param_groups) != 1:
         return False
     group = optimizer.param_groups[0]  # (Rprop and LBFGS have no weight_decay key)
@@ -525,17 +532,18 @@ def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: li
     """Each seed's epoch: its own permutation of its valid rows (torch.randperm from its generator, as
     PPO.run_epochs draws it), cut as torch.tensor_split cuts it into the seed's own number of minibatches (the
     first n mod M one row longer), each minibatch padded to `width` rows. Returns row indices and the mask, both
-    [seeds, most minibatches, width]; a seed with fewer minibatches has empty ones at the end."""
+    [most minibatches, seeds, width] (minibatch m is a contiguous [seeds, width] slab: one shape and stride
+    whatever the count); a seed with fewer minibatches has empty ones at the end."""
     most = max(splits)
-    rows = torch.zeros(len(counts), most, width, dtype=torch.long)
-    mask = torch.zeros(len(counts), most, width)
+    rows = torch.zeros(most, len(counts), width, dtype=torch.long)
+    mask = torch.zeros(most, len(counts), width)
     for index, (count, split, seed_randoms) in enumerate(zip(counts, splits, randoms)):
         if split == 0:  # a seed that takes no step this epoch draws nothing
             continue
         permutation = torch.randperm(count, generator=seed_randoms.torch)
         for m, piece in enumerate(torch.tensor_split(permutation, split)):
-            rows[index, m, :len(piece)] = piece
-            mask[index, m, :len(piece)] = 1.0
+            rows[m, index, :len(piece)] = piece
+            mask[m, index, :len(piece)] = 1.0
     return rows, mask
 
 

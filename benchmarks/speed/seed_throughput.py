@@ -31,20 +31,8 @@ import gymnasium as gym
 import pandas as pd
 
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
+from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, timed_sps, write_timing_table
 from benchmarks.engine.trainer import train
-
-
-def timed_sps(run_dirs: list[Path]) -> tuple[float, float]:
-    """(env steps of all runs / the training time (rollout + update) of the batch (the same for every seed),
-    the update's share of that time)."""
-    log = pd.read_csv(run_dirs[0] / "train.csv")
-    if len(log) < 2:
-        raise SystemExit("error: give --steps of at least two iterations (the first, which compiles, is not timed)")
-    per_iteration = int(log["env_steps"].iloc[0])
-    log = log.iloc[1:]  # the first iteration compiles: left out for every configuration
-    training_time = log["rollout_time"].sum() + log["update_time"].sum()
-    return len(run_dirs) * per_iteration * len(log) / training_time, log["update_time"].sum() / training_time
 
 
 def single_sps(env: str, algo: str, steps: int, recipe: bool = True) -> tuple[float, float]:

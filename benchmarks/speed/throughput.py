@@ -61,16 +61,24 @@ def benchmark_config(env: str, algo: str, overrides: list[str], steps: int, back
     ])
 
 
+def timed_sps(run_dirs: list[Path]) -> tuple[float, float]:
+    """(env steps of all runs / the training time (rollout + update) of the batch (the same for every seed),
+    the update's share of that time)."""
+    log = pd.read_csv(run_dirs[0] / "train.csv")
+    if len(log) < 2:
+        raise SystemExit("error: give --steps of at least two iterations (the first, which compiles, is not timed)")
+    per_iteration = int(log["env_steps"].iloc[0])
+    log = log.iloc[1:]  # the first iteration compiles: left out for every configuration
+    training_time = log["rollout_time"].sum() + log["update_time"].sum()
+    return len(run_dirs) * per_iteration * len(log) / training_time, log["update_time"].sum() / training_time
+
+
 def ours_sps(cfg) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         train(cfg, Path(run_dir))
+        if cfg.algo.backend == "compiled":  # its first iteration compiles (seconds): left out
+            return timed_sps([Path(run_dir)])[0]
         log = pd.read_csv(Path(run_dir) / "train.csv")
-    if cfg.algo.backend == "compiled":  # its first iteration compiles (seconds): left out, as seed_throughput does
-        if len(log) < 2:
-            raise SystemExit("error: give --steps of at least two iterations (the first, which compiles, is not timed)")
-        steps = log["env_steps"].iloc[-1] - log["env_steps"].iloc[0]
-        log = log.iloc[1:]
-        return steps / (log["rollout_time"].sum() + log["update_time"].sum())
     return log["env_steps"].iloc[-1] / (log["rollout_time"].sum() + log["update_time"].sum())
 
 
