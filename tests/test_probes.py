@@ -114,3 +114,17 @@ def test_a_batch_given_a_run_directory_writes_its_seeds_inside_it(tmp_path):
     assert not (tmp_path / "seed0").exists()
     suite_layout = seed_run_dirs(Path("runs/CartPole/ppo/seeds0-4"), [0, 1, 2, 3, 4])
     assert suite_layout == [Path(f"runs/CartPole/ppo/seed{seed}") for seed in range(5)]
+
+
+def test_a_full_disk_wherever_it_strikes_is_one_line():
+    # run.py prints this line (exit 1) for a full disk or quota met outside a checkpoint too (a log line, a summary);
+    # a checkpoint's own DiskFullError is tested with the resume it allows (tests/test_resume.py).
+    import errno
+
+    import run
+
+    error = run.disk_full(OSError(errno.ENOSPC, "No space left on device", "/x/train.csv"))
+    assert str(error) == ("no space left on the device (/x/train.csv): a resume starts from the last whole checkpoint; "
+                          "free space and rerun the same command")
+    assert run.disk_full(OSError(errno.EDQUOT, "Disk quota exceeded")) is not None
+    assert run.disk_full(OSError(errno.EACCES, "Permission denied")) is None  # another fault keeps its traceback
