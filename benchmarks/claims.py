@@ -5,8 +5,10 @@
 
 Writes results/tables/claims.md and claims.csv. Scores are raw returns per
 task: the probability of improvement compares runs within a task and then
-averages over tasks, so no normalisation is needed (Walker2d has no reference
-score). Tasks enter a group only where both PPO and the candidate have at least 3
+averages over tasks, so no normalisation is needed. The report's aggregate
+(benchmarks.report) normalises each task by one rule, which leaves the
+probability of improvement as it is: on the same tasks and seeds it gives the
+same numbers (tests/test_report.py holds the MuJoCo suite to it). Tasks enter a group only where both PPO and the candidate have at least 3
 complete seeds, and each group uses the first k seeds, k the smallest seed
 count among its tasks (rliable's stratified bootstrap needs equal runs per task).
 
@@ -18,6 +20,7 @@ tasks marked * were tuning tasks (the final evaluation uses other seeds).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +36,7 @@ from benchmarks.tuning import study_provenance
 # with continuous actions; every MuJoCo task is continuous; the token tasks (docs/rlhf.md) are a group of their own.
 GROUP_FAMILIES = {"mujoco": {"mujoco"}, "continuous": {"mujoco", "classic_continuous"}, "rlhf": {"rlhf"},
                   "discrete": {"classic"}}
-# The final evaluations of the tuning (docs/guide.md "Tuning"), each on its family's tuned values; those present are read.
+# The final evaluations of the tuning (docs/tuning.md), each on its family's tuned values; those present are read.
 TUNED_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
@@ -89,7 +92,19 @@ def per_seed_scores(runs: list[dict], metric: str) -> dict[tuple[str, str], np.n
     return scores
 
 
+def sampled_or_not_a_token_task(run: dict) -> bool:
+    """False for a token-task run evaluated greedily (env.evaluation.kind, docs/rlhf.md): greedy responses
+    saturate, every preset scoring alike, so the claims on token tasks read the sampled evaluation only. Runs stored
+    before the sampled evaluation existed were greedy (with_later_keys fills the key with what they ran)."""
+    if run["config"]["env"].get("family") != "rlhf":
+        return True
+    from benchmarks.engine.trainer import with_later_keys  # imported here: the trainer loads torch
+
+    return with_later_keys(run["config"])["env"]["evaluation"]["kind"] == "sampled"
+
+
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
+    pass
     scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
     families = task_families(runs)
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)
@@ -171,7 +186,7 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
         "# Paper claims vs this suite\n\n"
         f"Runs: {sources}; table by `python -m benchmarks.claims {' '.join(f'results/runs/{p.name}' for p in suites)}`. "
         "Tuning: trials per preset x tuning tasks x seeds x env steps per trial, from the preset's study "
-        "(results/tuning/<family>.db, README \"Tuning\"); PPO and each variant got the same number of trials. "
+        "(results/tuning/<family>.db, docs/tuning.md); PPO and each variant got the same number of trials. "
         "Probability of improvement (rliable, stratified bootstrap, 95% CI) compares "
         "each seed's score with each PPO seed's on the same task and averages over tasks; a CI containing 0.5 "
         "means no difference is established at these seed counts.\n\n" + shown.to_markdown(index=False) + "\n"
@@ -187,6 +202,9 @@ def main(argv=None) -> None:
     parser.add_argument("--name", default="claims", help="file name of the table (claims -> claims.md, claims.csv)")
     args = parser.parse_args(argv)
     runs = [run for suite in args.suites for run in load_runs(suite)]
+    if greedy := sum(not sampled_or_not_a_token_task(run) for run in runs):
+        print(f"left out: {greedy} token-task runs evaluated greedily (made before the sampled evaluation, "
+              f"docs/rlhf.md); rerun them to compare presets on token tasks", file=sys.stderr)
     table = claims_table(runs)
     if table.empty:  # nothing to say: the committed table stays as it is
         parser.exit(2, f"{parser.prog}: error: no claim can be checked from {', '.join(map(str, args.suites))} "

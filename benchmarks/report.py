@@ -9,18 +9,25 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          95% bootstrap CI, IQM, AUC, CleanRL's last-100 metric,
                                          wall time per env step (absolute and relative to PPO),
                                          probability of improvement over PPO with 95% CI
-    <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps, one line per algorithm,
+    <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps (generated tokens on token tasks), one line per algorithm,
                                          mean over seeds with a 95% bootstrap confidence band
     <out>/plots/<suite>_<task>_vs_ppo.*  the same, one small panel per variant with PPO in each
                                          (shared y-axis); n < 5 seeds is marked "CI unreliable"
-    <out>/tables/<suite>_aggregate.*     across tasks, on normalised scores (random_score and
-                                         reference_score of conf/env): rliable's IQM, mean,
-                                         optimality gap with stratified-bootstrap CIs, P(improve over PPO)
-    <out>/plots/<suite>_aggregate.png    the aggregate table as rliable's figure set: IQM, mean, optimality gap,
+    <out>/tables/<suite>_aggregate.*     across tasks (a suite of at least 2 tasks and 5 seeds each), on
+                                         scores normalised per task from a uniform-random policy (0,
+                                         conf/env's random_score) to the best evaluation any run of the
+                                         suite reached (1): rliable's IQM and mean with stratified-bootstrap
+                                         CIs, P(improve over PPO); saturated tasks flagged
+    <out>/plots/<suite>_aggregate.png    the aggregate table as rliable's figure set: IQM, mean,
                                          P(improve over PPO) with 95% CIs, and the performance profile
     <out>/plots/<suite>_sample_efficiency.png  rliable's IQM sample-efficiency curves: IQM of normalised
                                          scores at each evaluation, with 95% stratified-bootstrap CIs
     <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
+    <out>/plots/<suite>_<task>_kl_frontier.png  token tasks: reward and judge against KL to the reference
+    results/figures.md                   (no arguments) every figure with what it reads
+Suites are reported --jobs at a time (default: every core), a progress line each. With no arguments, a
+suite whose runs and report code are those recorded in results/report_stamps.json is kept as it is
+(--force remakes it).
 Statistics use fixed random states, so the tables regenerate byte-identically.
 The probability of improvement and its stratified-bootstrap CI come from
 rliable (Agarwal et al. 2021); CIs of per-task means are percentile bootstraps
@@ -30,6 +37,7 @@ over seeds.
 from __future__ import annotations
 
 import argparse
+import json
 import zlib
 from pathlib import Path
 
@@ -46,6 +54,7 @@ from benchmarks.statistics import (
     interquartile_mean,
     probability_of_improvement,
     rliable_estimates,
+    trimmed_means,
 )
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -136,8 +145,8 @@ def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".svg"), d
         path = stem.with_name(stem.name + suffix)
         if suffix == ".png":
             save_png_palette(fig, path, dpi)
-        else:
-            fig.savefig(path, dpi=dpi, metadata={"Date": None})
+        else:  # the canvas grows to hold every title, label and legend: nothing is clipped
+            fig.savefig(path, dpi=dpi, metadata={"Date": None}, bbox_inches="tight", pad_inches=0.08)
         paths.append(path)
     plt.close(fig)
     return paths
@@ -151,7 +160,7 @@ def save_png_palette(fig, path: Path, dpi: int) -> None:
     from PIL import Image
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.08)
     buffer.seek(0)
     with Image.open(buffer) as image:
         image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
@@ -209,13 +218,13 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
             line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])})", color=color,
                             marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
             ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
-        published = draw_published(ax, [run for run in runs if run["env"] == env])
-        env_id = next(run for run in runs if run["env"] == env)["config"]["env"]["id"]
-        budget = budget_text([run for run in runs if run["env"] == env])
-        ax.set_title(f"{suite}: {env_id}, {budget} steps - evaluation return (mean, 95% bootstrap CI over seeds)",
-                     fontsize=9)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("deterministic evaluation return")
+        task_runs = [run for run in runs if run["env"] == env]
+        published = draw_published(ax, task_runs)
+        x_label, y_label = axis_names(task_runs)
+        ax.set_title(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - {y_label} (mean over "
+                             f"seeds, 95% bootstrap band)", 8.0), fontsize=9)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
         ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
         ax.grid(alpha=0.3)
         if published:  # long labels: below the axes
@@ -273,8 +282,45 @@ def seeds_label(count: int) -> str:
 
 
 def budget_text(runs: list[dict]) -> str:
-    """The runs' budget as configured (total_steps; the trained steps are whole iterations of it)."""
-    return _format_steps(max(run["config"]["total_steps"] for run in runs), None)
+    """The runs' budget as configured (total_steps; the trained steps are whole iterations of it), in its unit:
+    env steps, or generated tokens on token tasks."""
+    total = max(run["config"]["total_steps"] for run in runs)
+    return f"{total:,} tokens" if is_token_task(runs) else f"{_format_steps(total, None)} steps"
+
+
+def is_token_task(runs: list[dict]) -> bool:
+    return all(run.get("config", {}).get("env", {}).get("family") == "rlhf" for run in runs)
+
+
+# A token task's judge, where its score has a name of its own (RLHFArithmetic's judge pays 1 for the exact sum).
+JUDGE_METRIC = {"RLHFArithmetic": "fraction right"}
+
+
+def axis_names(runs: list[dict]) -> tuple[str, str]:
+    """(x, y) axis names of these runs' evaluation curves: env steps and the deterministic evaluation return, or
+    on token tasks generated tokens and what their evaluation scores (the judge's or the reward model's score
+    of greedy or sampled responses, as the runs' config says)."""
+    if not runs or not is_token_task(runs):
+        return "environment steps", "deterministic evaluation return"
+    env = runs[0]["config"]["env"]
+    decoding = "sampled" if (env.get("evaluation") or {}).get("kind") == "sampled" else "greedy"
+    if (env.get("kwargs") or {}).get("reward") == "judge":
+        metric = JUDGE_METRIC.get(env["name"], "judge's score")
+    else:
+        metric = "reward model's score"
+    return "generated tokens", f"{metric} of {decoding} responses"
+
+
+def env_title(runs: list[dict]) -> str:
+    """The task as a title names it: its Gymnasium id, without a module path (benchmarks.rlhf.env:RLHF/...)."""
+    return runs[0]["config"]["env"]["id"].split(":")[-1]
+
+
+def wrapped(text: str, width_inches: float, fontsize: float = 9) -> str:
+    """A title broken into lines that fit a figure width_inches wide (about 0.55 em per character)."""
+    import textwrap
+
+    return textwrap.fill(text, width=max(30, int(width_inches * 72 / (0.55 * fontsize))))
 
 
 def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
@@ -312,33 +358,54 @@ def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]
             ax.tick_params(labelbottom=True, labelsize=7)  # every panel readable on its own
         for ax in axes.flat[len(variants):]:
             ax.set_visible(False)
+        x_label, y_label = axis_names(task_runs)
         for ax in axes[:, 0]:
-            ax.set_ylabel("eval return", fontsize=8)
+            ax.set_ylabel(wrapped(y_label, 2.0, 8), fontsize=8)
         for ax in axes[-1, :]:
-            ax.set_xlabel("environment steps", fontsize=8)
-        env_id = task_runs[0]["config"]["env"]["id"]
-        fig.suptitle(f"{suite}: {env_id}, {budget_text(task_runs)} steps - each variant against PPO "
-                     f"(mean, 95% bootstrap CI over seeds)", fontsize=9)
+            ax.set_xlabel(x_label, fontsize=8)
+        fig.suptitle(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - each variant against "
+                             f"PPO (mean over seeds, 95% bootstrap band)", 3.6 * columns), fontsize=9)
         # PNG only: the panels repeat the all-in-one figure's data (whose SVG is there for papers)
         written += save_figure(fig, plots_dir / f"{suite}_{env}_vs_ppo", suffixes=(".png",), dpi=110)
     return written
 
 
-def task_scores(task: str) -> tuple[float | None, float | None]:
-    """(random_score, reference_score) of a task, from its conf/env file (documented there)."""
+def random_score(task: str) -> float | None:
+    """A task's random_score (a uniform-random policy's mean return) from its conf/env file, where it says how
+    it was measured; None for a task with no conf/env file."""
     from omegaconf import OmegaConf
 
     path = CONF_ENV / f"{task}.yaml"
-    if not path.exists():
-        return None, None
-    node = OmegaConf.load(path)
-    return node.get("random_score"), node.get("reference_score")
+    return OmegaConf.load(path).get("random_score") if path.exists() else None
+
+
+MIN_AGGREGATE_TASKS = 2  # an "aggregate" over one task is that task's score: not drawn
+SATURATED_SCORE = 0.98  # a task saturates when at least half of its runs end at or above this normalised score
+
+
+def task_bounds(runs: list[dict]) -> dict[str, tuple[float, float]]:
+    """task -> (random_score, best) of the one normalisation every aggregate uses, (return - random) / (best -
+    random): 0 is a uniform-random policy, 1 the highest evaluation return any run of these runs reached on the
+    task, at any evaluation. It needs no per-task reference score, so every task of a suite has one, and no
+    score, final or along a curve, exceeds 1. Tasks with no random_score, or where no run beat it, have none."""
+    bounds = {}
+    for task in sorted({run["env"] for run in runs}):
+        low = random_score(task)
+        best = max(float(run["eval"]["eval_return_mean"].max()) for run in runs if run["env"] == task)
+        if low is not None and best > low:
+            bounds[task] = (float(low), best)
+    return bounds
+
+
+def normalised(values, bounds: tuple[float, float]):
+    low, best = bounds
+    return (values - low) / (best - low)
 
 
 def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str]]:
     """algo -> [seeds x tasks] matrix of normalised final returns, over tasks every algo ran with equal seeds."""
-    tasks = sorted({run["env"] for run in runs})
-    scored = [t for t in tasks if None not in task_scores(t)]
+    bounds = task_bounds(runs)
+    scored = sorted(bounds)
     algos = sorted({run["algo"] for run in runs})
     matrices = {}
     for algo in algos:
@@ -347,12 +414,34 @@ def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], li
             group = [run for run in runs if run["env"] == task and run["algo"] == algo]
             if not group:
                 break
-            random_score, reference_score = task_scores(task)
-            finals = eval_curves(group).iloc[-1].to_numpy()
-            columns.append((finals - random_score) / (reference_score - random_score))
+            columns.append(normalised(eval_curves(group).iloc[-1].to_numpy(), bounds[task]))
         if len(columns) == len(scored) and len({len(c) for c in columns}) == 1:
             matrices[algo] = np.stack(columns, axis=1)
     return matrices, scored
+
+
+def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str], str | None]:
+    """The normalised final scores an aggregate is made of, and why none is made (None when one is): an
+    aggregate needs at least MIN_AGGREGATE_TASKS tasks and MIN_SEEDS_FOR_CI seeds of each preset on each."""
+    matrices, tasks = normalised_final_scores(runs)
+    if len(tasks) < MIN_AGGREGATE_TASKS or not matrices:
+        return matrices, tasks, f"{len(tasks)} task{'s' * (len(tasks) != 1)} (an aggregate needs {MIN_AGGREGATE_TASKS})"
+    seeds = min(m.shape[0] for m in matrices.values())
+    if seeds < MIN_SEEDS_FOR_CI:
+        return matrices, tasks, f"{seeds} seed{'s' * (seeds != 1)} per task (an aggregate needs {MIN_SEEDS_FOR_CI})"
+    return matrices, tasks, None
+
+
+def saturated_tasks(matrices: dict[str, np.ndarray], tasks: list[str]) -> list[str]:
+    """Tasks on which at least half of the runs (every preset's seeds) end within 2% of the best: they cannot
+    separate the presets near the top, so an aggregate flags them."""
+    scores = np.concatenate(list(matrices.values()), axis=0)
+    return [task for j, task in enumerate(tasks) if np.mean(scores[:, j] >= SATURATED_SCORE) >= 0.5]
+
+
+def task_list(tasks: list[str], saturated: list[str]) -> str:
+    """'A, B (saturated), C': the tasks of an aggregate, each saturating one flagged."""
+    return ", ".join(f"{t} (saturated)" if t in saturated else t for t in tasks)
 
 
 SAMPLE_EFFICIENCY_POINTS = 21  # grid of budget fractions when tasks evaluate at different env steps
@@ -365,13 +454,13 @@ def normalised_curves(runs: list[dict]) -> tuple[dict[str, np.ndarray], np.ndarr
     the same steps; otherwise each curve is interpolated onto fractions of its own budget.
     """
     matrices, tasks = normalised_final_scores(runs)
+    bounds = task_bounds(runs)
     curves = {algo: [] for algo in matrices}
     grids = set()
     for algo in matrices:
         for task in tasks:
             group = [run for run in runs if run["env"] == task and run["algo"] == algo]
-            random_score, reference_score = task_scores(task)
-            curve = (eval_curves(group) - random_score) / (reference_score - random_score)
+            curve = normalised(eval_curves(group), bounds[task])
             curves[algo].append(curve)
             grids.add(tuple(curve.index))
     if len(grids) == 1:
@@ -390,120 +479,128 @@ def normalised_curves(runs: list[dict]) -> tuple[dict[str, np.ndarray], np.ndarr
 
 def plot_sample_efficiency(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     """rliable's IQM sample-efficiency curves: at each evaluation, the IQM of normalised scores over all runs
-    (tasks x seeds) with its 95% stratified-bootstrap CI, one line per algorithm."""
+    (tasks x seeds) with its 95% stratified-bootstrap CI, one line per algorithm, n runs each in the legend.
+    Drawn only where an aggregate is (aggregate_scope)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
-    from rliable import metrics
 
-    curves, x, label, tasks = normalised_curves(runs)
-    if len(curves) < 2:
+    matrices, tasks, refused = aggregate_scope(runs)
+    if refused or len(matrices) < 2:
         return []
+    curves, x, label, tasks = normalised_curves(runs)
 
-    def iqm_per_point(scores: np.ndarray) -> np.ndarray:
-        return np.array([metrics.aggregate_iqm(scores[..., point]) for point in range(scores.shape[-1])])
+    def iqm_per_point(scores: np.ndarray) -> np.ndarray:  # [runs, tasks, points] -> IQM at each point
+        return trimmed_means(scores.reshape(-1, scores.shape[-1]))
 
     point, interval = rliable_estimates(curves, iqm_per_point)
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     for algo in sorted(curves, key=lambda a: (a != "ppo", a)):
         color, marker = algo_style(algo)
         ax.plot(x, point[algo], color=color, marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4,
-                label=f"{algo} ({seeds_label(curves[algo].shape[0])})")
+                label=f"{algo} (n={curves[algo].shape[0]} x {len(tasks)})")
         ax.fill_between(x, interval[algo][0], interval[algo][1], color=color, alpha=0.15, linewidth=0)
     if label == "env steps":
         ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
+        label = axis_names(runs)[0]
     ax.set_xlabel(label)
-    ax.set_ylabel("IQM normalised score")
+    ax.set_ylabel("IQM of normalised scores")
+    ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False)
-    seeds = sorted({c.shape[0] for c in curves.values()})
-    small = "; fewer than 5 seeds: CIs unreliable" if min(seeds) < MIN_SEEDS_FOR_CI else ""
-    ax.set_title(f"{suite}: IQM over {len(tasks)} tasks ({', '.join(tasks)}) x {'/'.join(map(str, seeds))} seeds, "
-                 f"{budget_text(runs)} steps\n95% stratified-bootstrap CIs (rliable){small}", fontsize=9)
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              title="n = seeds x tasks", title_fontsize=7)
+    saturated = saturated_tasks(matrices, tasks)
+    ax.set_title(wrapped(f"{suite}: IQM over {len(tasks)} tasks ({task_list(tasks, saturated)}), "
+                         f"{budget_text(runs)}; 95% stratified-bootstrap CIs (rliable)", 7.0), fontsize=9)
     return save_figure(fig, plots_dir / f"{suite}_sample_efficiency", suffixes=(".png",), dpi=110)
 
 
+def aggregate_estimates(scores: np.ndarray) -> np.ndarray:
+    """rliable's aggregate_iqm and aggregate_mean of a [runs x tasks] matrix (the same arithmetic, without scipy's
+    per-call overhead). No optimality gap: no normalised score exceeds 1 (task_bounds), so the gap below 1 is
+    1 - mean."""
+    return np.array([interquartile_mean(scores), np.mean(np.mean(scores, axis=0))])
+
+
 def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
-    """IQM, mean, optimality gap of normalised scores with stratified-bootstrap 95% CIs, and P(improve over PPO)."""
-    from rliable import metrics
-
-    matrices, tasks = normalised_final_scores(runs)
-    if not matrices or not tasks:
+    """IQM and mean of normalised final scores with stratified-bootstrap 95% CIs, and P(improve over PPO); None
+    where no aggregate is made (aggregate_scope)."""
+    matrices, tasks, refused = aggregate_scope(runs)
+    if refused:
         return None
-
-    def aggregates(scores):
-        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
-                         metrics.aggregate_optimality_gap(scores)])
-
-    point, interval = rliable_estimates(matrices, aggregates)
+    point, interval = rliable_estimates(matrices, aggregate_estimates)
     rows = []
     for algo in sorted(matrices):
         row = {"algo": algo, "tasks": len(tasks), "seeds_per_task": matrices[algo].shape[0]}
-        for i, name in enumerate(("iqm", "mean", "optimality_gap")):
+        for i, name in enumerate(("iqm", "mean")):
             row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = point[algo][i], *interval[algo][:, i]
         if algo != "ppo" and "ppo" in matrices:
             row["poi_vs_ppo"], row["poi_ci_low"], row["poi_ci_high"] = probability_of_improvement(
                 matrices[algo], matrices["ppo"])
         rows.append(row)
     table = pd.DataFrame(rows)
-    table.attrs["tasks"] = tasks
+    saturated = saturated_tasks(matrices, tasks)
+    table["task_names"] = " ".join(tasks)
+    table["saturated_tasks"] = " ".join(saturated)
+    table.attrs["tasks"], table.attrs["saturated"] = tasks, saturated
     return table
 
 
 def plot_aggregate(table: pd.DataFrame, runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
-    """rliable's figure set for a suite, from its aggregate table: IQM, mean, optimality gap and P(improve over
-    PPO) of normalised final scores with their stratified-bootstrap 95% CIs, and the performance profile
-    (fraction of runs scoring above tau, with 95% CIs). One colour per algorithm as everywhere."""
+    """rliable's figure set for a suite, from its aggregate table: IQM, mean and P(improve over PPO) of normalised
+    final scores with their stratified-bootstrap 95% CIs (panels from 0), n runs beside each, and the performance
+    profile (fraction of runs scoring above tau, with 95% CIs). One colour per algorithm as everywhere."""
     import matplotlib.pyplot as plt
     from rliable import library as rly
 
-    matrices, tasks = normalised_final_scores(runs)
+    matrices, tasks, _ = aggregate_scope(runs)
     algos = sorted(matrices, key=lambda a: (a != "ppo", a))
-    fig, axes = plt.subplots(1, 5, figsize=(17.0, 0.45 * len(algos) + 1.9),
-                             gridspec_kw={"width_ratios": [1, 1, 1, 1, 1.5]})
+    runs_of = {algo: f"{algo} (n={matrices[algo].shape[0]} x {len(tasks)})" for algo in algos}
+    fig, axes = plt.subplots(1, 4, figsize=(15.0, 0.45 * len(algos) + 1.9),
+                             gridspec_kw={"width_ratios": [1, 1, 1, 1.5]})
     rows = {row["algo"]: row for _, row in table.iterrows()}
-    panels = [("iqm", "IQM"), ("mean", "mean"), ("optimality_gap", "optimality gap (lower is better)"),
-              ("poi", "P(improve over PPO)")]
+    panels = [("iqm", "IQM"), ("mean", "mean"), ("poi", "P(improve over PPO)")]
     for ax, (name, label) in zip(axes, panels):
+        key = "poi_vs_ppo" if name == "poi" else name
+        low_edge = 0.0
         for position, algo in enumerate(algos):
             row = rows[algo]
-            key = "poi_vs_ppo" if name == "poi" else name
             if key not in row or pd.isna(row[key]):
                 continue
             low, high = (row["poi_ci_low"], row["poi_ci_high"]) if name == "poi" else \
                 (row[f"{name}_ci_low"], row[f"{name}_ci_high"])
+            low_edge = min(low_edge, low)
             color = algo_color(algo)
             ax.barh(position, high - low, left=low, height=0.6, color=color, alpha=0.35)
             ax.plot([row[key]] * 2, [position - 0.3, position + 0.3], color=color, linewidth=2.0)
         if name == "poi":
             ax.axvline(0.5, color="#777777", linestyle="--", linewidth=0.8)
-            ax.set_xlim(0.0, 1.0)
+        ax.set_xlim(low_edge - 0.03, 1.03)  # from 0 (or below random), a margin so that a bar at 0 or 1 shows
         ax.set_yticks(range(len(algos)))
-        ax.set_yticklabels(algos if ax is axes[0] else [], fontsize=8)
+        ax.set_yticklabels([runs_of[a] for a in algos] if ax is axes[0] else [], fontsize=8)
         ax.set_title(label, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(labelsize=7)
         ax.invert_yaxis()
     # performance profile: fraction of runs (all tasks x seeds) with normalised score > tau
-    taus = np.linspace(min(m.min() for m in matrices.values()) - 0.05, max(m.max() for m in matrices.values()) + 0.05, 60)
+    lowest = min(0.0, min(m.min() for m in matrices.values()) - 0.05)
+    taus = np.linspace(lowest, 1.0, 61)
     np.random.seed(0)
     profiles, profile_cis = rly.create_performance_profile({a: matrices[a] for a in algos}, taus,
                                                            reps=BOOTSTRAP_RESAMPLES // 4)
     ax = axes[-1]
     for algo in algos:
         color, marker = algo_style(algo)
-        ax.plot(taus, profiles[algo], color=color, linewidth=1.8 if algo == "ppo" else 1.3, label=algo)
+        ax.plot(taus, profiles[algo], color=color, linewidth=1.8 if algo == "ppo" else 1.3, label=runs_of[algo])
         ax.fill_between(taus, profile_cis[algo][0], profile_cis[algo][1], color=color, alpha=0.15, linewidth=0)
     ax.set_title("performance profile: fraction of runs with score > tau", fontsize=9)
     ax.set_xlabel("normalised final score tau", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False)
-    seeds = sorted({m.shape[0] for m in matrices.values()})
-    small = " - fewer than 5 seeds: CIs unreliable" if min(seeds) < MIN_SEEDS_FOR_CI else ""
-    fig.suptitle(f"{suite}: normalised final scores over {len(tasks)} tasks ({', '.join(tasks)}), "
-                 f"{'/'.join(map(str, seeds))} seeds per task, {budget_text(runs)} steps; 95% stratified-bootstrap "
-                 f"CIs (rliable){small}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              title="n = seeds x tasks", title_fontsize=7)
+    fig.suptitle(wrapped(f"{suite}: final scores over {len(tasks)} tasks ({task_list(tasks, table.attrs['saturated'])}),"
+                         f" {budget_text(runs)}, normalised per task from its random_score (0) to the best evaluation "
+                         f"any run reached (1); 95% stratified-bootstrap CIs (rliable)", 15.0), fontsize=9)
     return save_figure(fig, plots_dir / f"{suite}_aggregate", suffixes=(".png",), dpi=110)
 
 
@@ -513,18 +610,37 @@ def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
                 zip(table[name], table[f"{name}_ci_low"], table[f"{name}_ci_high"])]
 
     shown = pd.DataFrame({"algo": table["algo"], "tasks": table["tasks"], "seeds/task": table["seeds_per_task"],
-                          "IQM [95% CI]": interval("iqm"), "mean [95% CI]": interval("mean"),
-                          "optimality gap [95% CI]": interval("optimality_gap")})
+                          "IQM [95% CI]": interval("iqm"), "mean [95% CI]": interval("mean")})
     if "poi_vs_ppo" in table:
         shown["P(improve over PPO) [95% CI]"] = [
             "" if pd.isna(p) else f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
             for p, lo, hi in zip(table["poi_vs_ppo"], table["poi_ci_low"], table["poi_ci_high"])]
+    saturated = table.attrs["saturated"]
+    flag = (f" Saturated (at least half of the runs end within {1 - SATURATED_SCORE:.0%} of the best, so the task "
+            f"cannot separate the presets near the top): {', '.join(saturated)}." if saturated else "")
     return (
-        f"# {suite}: across tasks\n\nNormalised final return (return - random_score) / (reference_score - "
-        f"random_score), scores from conf/env (tasks: {', '.join(table.attrs['tasks'])}); rliable's IQM, mean "
-        f"and optimality gap (gap below 1.0) with stratified-bootstrap 95% CIs ({BOOTSTRAP_RESAMPLES} "
-        f"resamples), and probability of improvement over PPO.\n\n" + shown.to_markdown(index=False) + "\n"
+        f"# {suite}: across tasks\n\nNormalised final return (return - random) / (best - random) per task: random = "
+        f"the task's random_score (conf/env, which says how it was measured), best = the highest evaluation return any "
+        f"run of this suite reached on the task (tasks: {', '.join(table.attrs['tasks'])}).{flag} rliable's IQM and "
+        f"mean with stratified-bootstrap 95% CIs ({BOOTSTRAP_RESAMPLES} resamples), and probability of improvement "
+        f"over PPO.\n\n" + shown.to_markdown(index=False) + "\n"
     )
+
+
+def sensitivity_grids(runs: list[dict]) -> dict[str, dict[tuple[float, float], list[float]]]:
+    """task -> {(outer lr sigma, outer momentum mu): final returns} of an Outer-PPO preset swept over both (a
+    sensitivity suite; different presets are not grid points)."""
+    grids = {}
+    outer = [run for run in runs if run["config"]["algo"]["algorithm"] == "outer_ppo"]
+    for env, algo in sorted({(run["env"], run["algo"]) for run in outer}):
+        cells: dict[tuple, list[float]] = {}
+        for run in (r for r in outer if (r["env"], r["algo"]) == (env, algo)):
+            optimizer = run["config"]["algo"]["outer_optimizer"]
+            key = (float(optimizer["lr"]), float(optimizer["momentum"]))
+            cells.setdefault(key, []).append(run["eval"]["eval_return_mean"].iloc[-1])
+        if len({k[0] for k in cells}) >= 2 and len({k[1] for k in cells}) >= 2:
+            grids[env] = cells
+    return grids
 
 
 def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
@@ -532,17 +648,8 @@ def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
     import matplotlib.pyplot as plt
 
     written = []
-    outer = [run for run in runs if run["config"]["algo"]["algorithm"] == "outer_ppo"]
-    # A grid is one preset swept over sigma and mu (different presets are not grid points).
-    for env, algo in sorted({(run["env"], run["algo"]) for run in outer}):
-        cells: dict[tuple, list[float]] = {}
-        for run in (r for r in outer if (r["env"], r["algo"]) == (env, algo)):
-            optimizer = run["config"]["algo"]["outer_optimizer"]
-            key = (float(optimizer["lr"]), float(optimizer["momentum"]))
-            cells.setdefault(key, []).append(run["eval"]["eval_return_mean"].iloc[-1])
+    for env, cells in sensitivity_grids(runs).items():
         sigmas, mus = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
-        if len(sigmas) < 2 or len(mus) < 2:
-            continue
         grid = np.full((len(mus), len(sigmas)), np.nan)
         for (sigma, mu), finals in cells.items():
             grid[mus.index(mu), sigmas.index(sigma)] = np.mean(finals)
@@ -637,7 +744,9 @@ def plot_kl_frontier(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
     return written
 
 
-def report_suite(suite_dir: Path, out: Path) -> None:
+def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
+    """Write one suite's tables and (with plots) figures into out/tables and out/plots; returns its progress line.
+    An aggregate table or figure this suite no longer gets (too few tasks or seeds) is removed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -647,35 +756,103 @@ def report_suite(suite_dir: Path, out: Path) -> None:
     for run_dir, reason in skipped:
         print(f"{suite_dir.name}: skipped {run_dir.relative_to(suite_dir)}: {reason}")
     if not runs:
-        print(f"{suite_dir}: no complete runs, skipped")
-        return
+        return f"{suite_dir}: no complete runs, skipped"
     suite = suite_dir.name
     (out / "tables").mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    plots = plot_sensitivity(runs, suite, out / "plots")
-    if plots:  # a sensitivity grid: its heatmap is the result, per-preset tables would merge grid points
-        print(f"{suite}: {len(runs)} runs -> {len(plots)} sensitivity plot files")
-        return
-    frontier = plot_kl_frontier(runs, suite, out / "plots")
+    if sensitivity_grids(runs):  # a sensitivity grid: its heatmap is the result, per-preset tables would merge points
+        written = plot_sensitivity(runs, suite, out / "plots") if plots else []
+        return f"{suite}: {len(runs)} runs -> {len(written)} sensitivity plot files"
+    written = []
+    frontier = plot_kl_frontier(runs, suite, out / "plots") if plots else []
     if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
         # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
-        print(f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files")
-        return
+        return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir)))
     aggregate = aggregate_table(runs)
-    if aggregate is not None:
+    aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
+                       out / "plots" / f"{suite}_aggregate.png", out / "plots" / f"{suite}_sample_efficiency.png"]
+    if aggregate is None:
+        for path in aggregate_files:
+            path.unlink(missing_ok=True)
+        _, _, refused = aggregate_scope(runs)
+        note = f"; no aggregate: {refused}"
+    else:
         aggregate.round(6).to_csv(out / "tables" / f"{suite}_aggregate.csv", index=False)
         (out / "tables" / f"{suite}_aggregate.md").write_text(aggregate_markdown(aggregate, suite))
-        if len(aggregate) > 1:
-            aggregate_plots = (plot_aggregate(aggregate, runs, suite, out / "plots")
-                               + plot_sample_efficiency(runs, suite, out / "plots"))
+        note = f"; aggregate over {len(aggregate.attrs['tasks'])} tasks"
+        if plots:
+            written += plot_aggregate(aggregate, runs, suite, out / "plots")
+            written += plot_sample_efficiency(runs, suite, out / "plots")
+    if plots:
+        written += plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots") + frontier
+    return f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(written)} plot files{note}"
+
+
+def suite_size(suite_dir: Path) -> int:
+    """How many runs a suite holds: the biggest are started first, so two workers finish together."""
+    return sum(1 for _ in suite_dir.rglob("summary.json"))
+
+
+# What a suite's tables and figures are made from besides its runs: a change to any of these remakes every suite.
+REPORT_INPUTS = [Path(__file__), Path(__file__).with_name("statistics.py"), Path(__file__).with_name("runs.py"),
+                 RESULTS / "reference" / "published.csv"]
+STAMPS = RESULTS / "report_stamps.json"
+
+
+def suite_stamp(suite_dir: Path) -> str:
+    """A digest of every file of the suite's runs and of REPORT_INPUTS: equal digests, equal report."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
+    digest.update(json.dumps({task: random_score(task) for task in tasks}).encode())  # what normalises its scores
+    root = RESULTS.parent
+    for path in [*REPORT_INPUTS, *sorted(p for p in suite_dir.rglob("*") if p.is_file())]:
+        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool = True,
+                  stamps: Path | None = None) -> None:
+    """Every suite's report, `jobs` suites at a time, one progress line per suite as it finishes. With stamps (a
+    JSON file of suite -> suite_stamp), a suite whose runs and report code are those of its stamp is kept as it is."""
+    import time
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    started = time.perf_counter()
+    known = json.loads(stamps.read_text()) if stamps is not None and stamps.exists() else {}
+    current = {suite_dir.name: suite_stamp(suite_dir) for suite_dir in suites} if stamps is not None else {}
+    targets, kept = [], []
+    for suite_dir in suites:
+        if stamps is not None and known.get(suite_dir.name) == current[suite_dir.name]:
+            kept.append(suite_dir.name)
         else:
-            aggregate_plots = []
-    plots = (plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots")
-             + (aggregate_plots if aggregate is not None else []) + frontier)
-    print(f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(plots)} plot files")
+            targets.append((suite_dir, out or default_out(suite_dir)))
+    total, done = len(suites), 0
+
+    def progress(line: str) -> None:
+        nonlocal done
+        done += 1
+        print(f"[{done}/{total}, {time.perf_counter() - started:.0f} s] {line}", flush=True)
+
+    for name in kept:
+        progress(f"{name}: runs and report code unchanged, its tables and figures kept")
+    if jobs <= 1 or len(targets) <= 1:
+        for suite_dir, target in targets:
+            progress(report_suite(suite_dir, target, plots))
+    else:
+        order = sorted(targets, key=lambda target: -suite_size(target[0]))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            pending = [pool.submit(report_suite, suite_dir, target, plots) for suite_dir, target in order]
+            for finished in as_completed(pending):
+                progress(finished.result())
+    if stamps is not None and plots:
+        stamps.write_text(json.dumps({**known, **current}, indent=1, sort_keys=True) + "\n")
 
 
 def headline(table_paths: list[Path]) -> str:
@@ -689,6 +866,8 @@ def headline(table_paths: list[Path]) -> str:
 
 
 def main(argv=None) -> None:
+    import os
+
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suites", nargs="*", type=existing_directory, help="suite directories (default: every results/runs/*)")
@@ -696,86 +875,115 @@ def main(argv=None) -> None:
                         "results/runs, else a report/ folder beside the suite's runs)")
     parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",
                         help="only print a Markdown pivot (algo x task, final return) of these written tables")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                        help="suites reported at once, one process each (default: this machine's cores)")
+    parser.add_argument("--tables-only", action="store_true", help="write the tables (and figures.md), no figure")
+    parser.add_argument("--force", action="store_true", help="remake every suite, changed or not (by default a "
+                        "committed suite whose runs and report code match results/report_stamps.json is kept)")
     args = parser.parse_args(argv)
     if args.headline:
         print(headline(args.headline))
         return
-    suites = args.suites or sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
-    for suite_dir in suites:
-        report_suite(suite_dir, args.out or default_out(suite_dir))
-    if not args.suites and not args.out:  # the whole results/ regenerated: its figures page too
-        (RESULTS / "figures.md").write_text(figures_page(RESULTS))
+    whole = not args.suites and not args.out
+    suites = args.suites or committed_suites()
+    report_suites(suites, args.out, max(1, args.jobs), plots=not args.tables_only,
+                  stamps=STAMPS if whole and not args.force else None)
+    if whole and args.force and not args.tables_only:  # every suite remade: their stamps say so
+        STAMPS.write_text(json.dumps({suite.name: suite_stamp(suite) for suite in suites}, indent=1,
+                                     sort_keys=True) + "\n")
+    if whole:  # the whole results/ regenerated: its figures page too
+        (RESULTS / "figures.md").write_text(figures_page(RESULTS, suites))
         print("results/figures.md: every figure with its reading")
 
 
-def figures_page(out: Path) -> str:
-    """results/figures.md: every figure of every suite, each with two lines saying what it shows and what it reads.
+def committed_suites() -> list[Path]:
+    return sorted(p for p in (RESULTS / "runs").iterdir() if p.is_dir())
 
-    Regenerated from the tables and plots the report wrote, so a reading can never disagree with its figure.
-    """
+
+# The suites the comparison rests on, first in results/figures.md (docs/results.md reads them); every other suite
+# under results/runs follows under "Other suites" (docs/history.md says what each was for).
+CURRENT_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf", "rlhf_kl", "default_budget_300k", "ppo_mujoco_1M",
+                  "ppo_cartpole_100k", "ppo_cartpole_500k", "ppo_cartpole_zoo_100k")
+
+
+def figures_page(out: Path, suites: list[Path], drawn: Path | None = None) -> str:
+    """results/figures.md: every figure of these suites, each with one line of what it reads (its title says what
+    it shows), from the tables beside it; so the page regenerates byte for byte with them. A figure is listed
+    where it is in `drawn` (default: out; a check of tables made without figures points it at results/)."""
     lines = ["# Figures", "",
-             "Every figure `python -m benchmarks.report` makes, with what it shows and what it reads (written by "
-             "the same command from the tables beside them; numbers are final evaluation returns, mean over seeds).",
-             "", "No figure draws wall time from these runs, which shared the machine with other runs: training "
-             "speed is measured for timing by `python -m benchmarks.speed.throughput` and `python -m "
-             "benchmarks.speed.seed_throughput` (tables/throughput_*.md, tables/seed_throughput.md).", ""]
-    for table_path in sorted((out / "tables").glob("*.csv")):
-        suite = table_path.stem
-        if suite.endswith("_aggregate") or suite.startswith(("claims", "throughput", "seed_throughput")):
-            continue
-        try:
-            table = pd.read_csv(table_path)
-        except Exception:  # not a suite table
-            continue
-        if not {"task", "algo", "final_mean", "seeds"} <= set(table.columns):
-            continue
-        lines += [f"## {suite}", ""]
+             "Every figure `python -m benchmarks.report` makes from the runs under `runs/`, each with what it reads. "
+             "Each suite's section links its table; numbers are final evaluation returns, mean over seeds. "
+             "Aggregates normalise each task from its random_score (0; conf/env says how it was measured) to the "
+             "best evaluation any run of the suite reached on it (1).", "",
+             "No figure draws wall time: these runs shared the machine with other runs. Speed is measured by "
+             "`python -m benchmarks.speed.throughput` and `python -m benchmarks.speed.seed_throughput`.", ""]
+    by_name = {suite.name: suite for suite in suites}
+    current = [name for name in CURRENT_SUITES if name in by_name]
+    for heading, group in (("Current suites", current), ("Other suites", sorted(set(by_name) - set(current)))):
+        if group:
+            lines += [f"# {heading}", ""]
+        for name in group:
+            lines += suite_figures(out, name, by_name[name], drawn or out)
+    return "\n".join(lines)
+
+
+def seed_counts(seeds: pd.Series) -> str:
+    """n of each preset's curve, once when they are all alike."""
+    counts = {int(n) for n in seeds}
+    return f"n = {counts.pop()} seeds each" if len(counts) == 1 else \
+        "n = " + ", ".join(f"{algo} {int(n)}" for algo, n in seeds.items())
+
+
+def suite_figures(out: Path, suite: str, suite_dir: Path, drawn: Path) -> list[str]:
+    lines = [f"## {suite}", ""]
+    table_path = out / "tables" / f"{suite}.csv"
+    if table_path.exists():
+        lines += [f"Table: [tables/{suite}.md](tables/{suite}.md).", ""]
+        table = pd.read_csv(table_path)
         for task in sorted(table["task"].unique()):
             rows = table[table["task"] == task].set_index("algo")
-            seeds = ", ".join(f"{algo} {int(n)}" for algo, n in rows["seeds"].items())
             best = rows["final_mean"].idxmax()
-            ppo = f"; PPO {rows.loc['ppo', 'final_mean']:.1f}" if "ppo" in rows.index else ""
+            ppo = f"; PPO {rows.loc['ppo', 'final_mean']:.1f}" if "ppo" in rows.index and best != "ppo" else ""
             figure = f"plots/{suite}_{task}.png"
-            if (out / figure).exists():
+            if (drawn / figure).exists():
                 lines += [f"![{suite} {task}]({figure})", "",
-                          f"{task}: evaluation return against env steps, every preset (seeds: {seeds}), mean with a "
-                          f"95% bootstrap band.  ",
-                          f"Highest final mean: {best} {rows.loc[best, 'final_mean']:.1f}{ppo}.", ""]
+                          f"{task}, {seed_counts(rows['seeds'])}: highest final mean {best} "
+                          f"{rows.loc[best, 'final_mean']:.1f}{ppo}.", ""]
             versus = f"plots/{suite}_{task}_vs_ppo.png"
-            if (out / versus).exists() and "poi_ci_low" in rows:
+            if (drawn / versus).exists() and "poi_ci_low" in rows:
                 above = [a for a in rows.index if rows.loc[a, "poi_ci_low"] > 0.5]
                 below = [a for a in rows.index if rows.loc[a, "poi_ci_high"] < 0.5]
                 lines += [f"![{suite} {task} vs PPO]({versus})", "",
-                          f"{task}: each variant in its own panel with PPO, shared y-axis.  ",
-                          f"P(improve over PPO) CI above 0.5: {', '.join(above) or 'none'}; below 0.5: "
-                          f"{', '.join(below) or 'none'}.", ""]
-        aggregate = out / "plots" / f"{suite}_aggregate.png"
-        aggregate_table = out / "tables" / f"{suite}_aggregate.csv"
-        if aggregate.exists() and aggregate_table.exists():
-            agg = pd.read_csv(aggregate_table).set_index("algo")
-            best = agg["iqm"].idxmax()
-            lines += [f"![{suite} aggregate](plots/{suite}_aggregate.png)", "",
-                      f"Normalised final scores over {int(agg['tasks'].iloc[0])} tasks, {int(agg['seeds_per_task'].min())}"
-                      f" seeds per task: IQM, mean, optimality gap, P(improve over PPO), performance profile (rliable).  ",
-                      f"Highest IQM: {best} {agg.loc[best, 'iqm']:.3f} [{agg.loc[best, 'iqm_ci_low']:.3f}, "
-                      f"{agg.loc[best, 'iqm_ci_high']:.3f}].", ""]
-        efficiency = out / "plots" / f"{suite}_sample_efficiency.png"
-        if efficiency.exists() and aggregate_table.exists():
+                          f"{task}, P(final return > PPO's) with its 95% CI above 0.5: {', '.join(above) or 'none'}; "
+                          f"below 0.5: {', '.join(below) or 'none'}.", ""]
+    aggregate_path = out / "tables" / f"{suite}_aggregate.csv"
+    if aggregate_path.exists() and (drawn / "plots" / f"{suite}_aggregate.png").exists():
+        agg = pd.read_csv(aggregate_path, keep_default_na=False).set_index("algo")
+        best = agg["iqm"].astype(float).idxmax()
+        tasks, saturated = agg["task_names"].iloc[0].split(), agg["saturated_tasks"].iloc[0].split()
+        above = [a for a in agg.index if a != "ppo" and float(agg.loc[a, "poi_ci_low"]) > 0.5]
+        below = [a for a in agg.index if a != "ppo" and float(agg.loc[a, "poi_ci_high"]) < 0.5]
+        flag = (f" {', '.join(saturated)} saturate{'s' * (len(saturated) == 1)}: at least half of the runs end "
+                f"within {1 - SATURATED_SCORE:.0%} of the best." if saturated else "")
+        lines += [f"![{suite} aggregate](plots/{suite}_aggregate.png)", "",
+                  f"{len(tasks)} tasks x {int(agg['seeds_per_task'].min())} seeds: highest IQM {best} "
+                  f"{float(agg.loc[best, 'iqm']):.3f} [{float(agg.loc[best, 'iqm_ci_low']):.3f}, "
+                  f"{float(agg.loc[best, 'iqm_ci_high']):.3f}]; P(improve over PPO) CI above 0.5: "
+                  f"{', '.join(above) or 'none'}; below 0.5: {', '.join(below) or 'none'}.{flag}", ""]
+        if (drawn / "plots" / f"{suite}_sample_efficiency.png").exists():
             lines += [f"![{suite} sample efficiency](plots/{suite}_sample_efficiency.png)", "",
-                      "IQM of normalised evaluation scores over all tasks and seeds at each evaluation, with 95% "
-                      "stratified-bootstrap CIs (rliable): how fast each preset learns, across tasks.  ",
-                      "The area under these curves is what the tuning objective and the AUC claims measure.", ""]
-    for frontier in sorted((out / "plots").glob("*_kl_frontier.png")):
-        lines += [f"![{frontier.stem}](plots/{frontier.name})", "",
-                  f"{frontier.stem}: reward-model score (left) and the judge's score (right, where the task has a "
-                  f"judge) against the KL to the reference model, one point per rollout (mean over seeds), from the "
-                  f"start (KL 0) to the end of training (large marker).  ",
-                  "Reward hacking shows as the left curve rising while the right one falls.", ""]
-    for heatmap in sorted((out / "plots").glob("*_sensitivity.png")):
-        lines += [f"![{heatmap.stem}](plots/{heatmap.name})", "",
-                  f"{heatmap.stem}: a sensitivity grid (see the figure's title for the swept values and seeds).  ",
-                  "Each cell is a mean over seeds; the table beside the suite has the spread.", ""]
-    return "\n".join(lines)
+                      "The aggregate's tasks and seeds at every evaluation: how fast each preset learns across "
+                      "tasks (the AUC claims compare the area under each run's curve).", ""]
+    tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
+    for task in tasks:
+        if (drawn / "plots" / f"{suite}_{task}_kl_frontier.png").exists():
+            lines += [f"![{suite} {task} KL frontier](plots/{suite}_{task}_kl_frontier.png)", "",
+                      f"{task}, one point per rollout (mean over seeds) from the start (KL 0) to the end (large "
+                      f"marker): reward hacking shows as the reward model's score rising while the judge's falls.", ""]
+        if (drawn / "plots" / f"{suite}_{task}_sensitivity.png").exists():
+            lines += [f"![{suite} {task} sensitivity](plots/{suite}_{task}_sensitivity.png)", "",
+                      f"{task}, each cell a mean over seeds; the spread is in the suite's runs.", ""]
+    return lines
 
 
 def display_path(suite_dir: Path) -> str:

@@ -26,9 +26,19 @@ def bootstrap_mean_ci(values: np.ndarray, seed: int = 0, level: float = 0.95) ->
 
 
 def interquartile_mean(values) -> float:
-    from scipy.stats import trim_mean
+    """The 25% trimmed mean of all values (rliable's IQM; scipy's trim_mean, computed the same way)."""
+    return float(trimmed_means(np.ravel(np.asarray(values, dtype=float))[:, None])[0])
 
-    return float(trim_mean(np.asarray(values, dtype=float), 0.25))
+
+def trimmed_means(values: np.ndarray) -> np.ndarray:
+    """IQM of each column of a [values, columns] array: scipy.stats.trim_mean(column, 0.25), column by column,
+    with its partition and mean, without its per-call overhead (rliable calls it once per bootstrap resample and
+    per evaluation point: that was most of the report's time)."""
+    count = values.shape[0]
+    low = int(0.25 * count)
+    high = count - low
+    kept = np.partition(values, (low, high - 1), axis=0)[low:high]
+    return np.ascontiguousarray(kept.T).mean(axis=1)  # each column summed as a 1-D array is, as scipy sums it
 
 
 def area_under_curve(curve: pd.Series) -> float:

@@ -33,24 +33,19 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     for suffix in (".png", ".svg"):
         assert (tmp_path / "a" / "plots" / f"tiny_suite_CartPole{suffix}").stat().st_size > 0
     assert "P(improve over PPO)" in (tmp_path / "a" / "tables" / "tiny_suite.md").read_text()
-    aggregate = pd.read_csv(tmp_path / "a" / "tables" / "tiny_suite_aggregate.csv")
-    assert set(aggregate["algo"]) == {"ppo", "outer_ppo_lr"}
-    assert {"iqm", "mean", "optimality_gap", "poi_vs_ppo"} <= set(aggregate.columns)
-    assert filecmp.cmp(tmp_path / "a" / "tables" / "tiny_suite_aggregate.md",
-                       tmp_path / "b" / "tables" / "tiny_suite_aggregate.md", shallow=False)
+    # one task and two seeds: no aggregate table or figure (it would be the task's own score, its CI the seeds')
+    assert not list((tmp_path / "a").rglob("tiny_suite_aggregate*"))
+    assert not list((tmp_path / "a").rglob("tiny_suite_sample_efficiency*"))
     # wall time is measured for timing (benchmarks.speed.throughput), not drawn from runs sharing a machine
     assert not list((tmp_path / "a" / "plots").glob("*wall_time*"))
     # the variant-against-PPO panels: regenerate byte-identically, mark n < 5, use the algorithm's own colour
     from benchmarks.report import figures_page
 
-    page = figures_page(tmp_path / "a")  # every figure with its reading, from the tables beside it
-    assert "![tiny_suite CartPole](plots/tiny_suite_CartPole.png)" in page and "seeds: outer_ppo_lr 2, ppo 2" in page
-    assert "![tiny_suite aggregate](plots/tiny_suite_aggregate.png)" in page
-    assert "![tiny_suite sample efficiency](plots/tiny_suite_sample_efficiency.png)" in page  # IQM curves
-    efficiency = tmp_path / "a" / "plots" / "tiny_suite_sample_efficiency.png"
-    assert filecmp.cmp(efficiency, tmp_path / "b" / "plots" / efficiency.name, shallow=False)
-    aggregate_figure = tmp_path / "a" / "plots" / "tiny_suite_aggregate.png"  # rliable's figure set
-    assert filecmp.cmp(aggregate_figure, tmp_path / "b" / "plots" / aggregate_figure.name, shallow=False)
+    page = figures_page(tmp_path / "a", [suite])  # every figure with its reading, from the tables beside it
+    assert "![tiny_suite CartPole](plots/tiny_suite_CartPole.png)" in page and "CartPole, n = 2 seeds each" in page
+    assert "aggregate" not in page
+    assert filecmp.cmp(tmp_path / "a" / "plots" / "tiny_suite_CartPole.png",
+                       tmp_path / "b" / "plots" / "tiny_suite_CartPole.png", shallow=False)
     versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
     assert filecmp.cmp(versus, tmp_path / "b" / "plots" / versus.name, shallow=False)
     svg = (tmp_path / "a" / "plots" / "tiny_suite_CartPole.svg").read_text()
@@ -86,7 +81,7 @@ def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config
     assert (seed0 / "train.csv.gz").read_bytes() == packed_bytes  # same CSV, same bytes: no spurious diffs
 
     report_main([str(suite), "--out", str(tmp_path / "packed")])
-    for name in ("tiny_suite.md", "tiny_suite.csv", "tiny_suite_aggregate.md"):
+    for name in ("tiny_suite.md", "tiny_suite.csv"):
         assert filecmp.cmp(tmp_path / "plain" / "tables" / name, tmp_path / "packed" / "tables" / name, shallow=False)
 
 
@@ -205,16 +200,18 @@ def fake_run(env: str, algo: str, seed: int, steps: list[int], returns: list[flo
 def test_iqm_sample_efficiency_points_are_the_iqm_of_normalised_scores_at_each_evaluation():
     import numpy as np
 
-    from benchmarks.report import normalised_curves, task_scores
+    from benchmarks.report import normalised_curves, random_score
 
     runs = [fake_run(task, algo, seed, [0, 1000, 2000], [seed * 7.0 + i * 40 + (algo == "ppo") * 9 for i in range(3)])
             for task in ("CartPole", "Acrobot") for algo in ("ppo", "hp3o") for seed in range(4)]
     curves, x, label, tasks = normalised_curves(runs)
     assert label == "env steps" and list(x) == [0, 1000, 2000] and tasks == ["Acrobot", "CartPole"]
     assert curves["ppo"].shape == (4, 2, 3)  # seeds x tasks x evaluations
-    random_score, reference_score = task_scores("CartPole")
-    expected = (np.array([seed * 7.0 + 80 + 9 for seed in range(4)]) - random_score) / (reference_score - random_score)
+    best = 3 * 7.0 + 80 + 9  # the highest evaluation of any run on the task: ppo's seed 3 at the end
+    expected = (np.array([seed * 7.0 + 80 + 9 for seed in range(4)]) - random_score("CartPole")) / (
+        best - random_score("CartPole"))
     np.testing.assert_allclose(curves["ppo"][:, 1, 2], expected)
+    assert max(c.max() for c in curves.values()) == 1.0  # no normalised score exceeds the best run's
     # tasks evaluated at different steps: curves on fractions of each task's budget
     runs[0]["eval"]["env_steps"] = [0, 500, 1000]
     for run in runs:
@@ -222,6 +219,92 @@ def test_iqm_sample_efficiency_points_are_the_iqm_of_normalised_scores_at_each_e
             run["eval"]["env_steps"] = [0, 500, 1000]
     _, x, label, _ = normalised_curves(runs)
     assert label == "fraction of the env-step budget" and x[0] == 0 and x[-1] == 1
+
+
+def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five_seeds():
+    from benchmarks.report import aggregate_scope, aggregate_table
+
+    def suite(tasks, seeds):
+        return [fake_run(task, algo, seed, [0, 1000], [0.0, 1000.0 + 100 * seed + 50 * (algo == "ppo")])
+                for task in tasks for algo in ("ppo", "hp3o") for seed in range(seeds)]
+
+    # Walker2d and Humanoid have no reference score: the rule needs none, so they are in
+    table = aggregate_table(suite(["HalfCheetah", "Hopper", "Walker2d", "Humanoid"], 5))
+    assert table.attrs["tasks"] == ["HalfCheetah", "Hopper", "Humanoid", "Walker2d"] and (table["tasks"] == 4).all()
+    assert aggregate_table(suite(["HalfCheetah"], 5)) is None
+    assert aggregate_scope(suite(["HalfCheetah"], 5))[2] == "1 task (an aggregate needs 2)"
+    assert aggregate_table(suite(["HalfCheetah", "Hopper"], 4)) is None
+    assert aggregate_scope(suite(["HalfCheetah", "Hopper"], 4))[2] == "4 seeds per task (an aggregate needs 5)"
+
+
+def test_a_task_where_most_runs_reach_the_best_is_flagged_saturated_where_the_aggregate_shows_it(monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    runs = [{**fake_run(task, algo, seed, [0, 1000], [20.0, final]), "config": {"total_steps": 1000}}
+            for algo in ("ppo", "hp3o") for seed in range(5)
+            for task, final in (("CartPole", 500.0), ("Acrobot", -400.0 + 60 * seed + 30 * (algo == "ppo")))]
+    table = report.aggregate_table(runs)
+    assert table.attrs["saturated"] == ["CartPole"]
+    assert "Saturated (at least half of the runs end within 2% of the best" in report.aggregate_markdown(table, "s")
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+    report.plot_aggregate(table, runs, "s", tmp_path)
+    report.plot_sample_efficiency(runs, "s", tmp_path)
+    aggregate, efficiency = drawn
+    assert "CartPole (saturated)" in aggregate._suptitle.get_text()
+    assert "CartPole (saturated)" in efficiency.axes[0].get_title()
+    for ax in aggregate.axes[:3]:  # IQM, mean, P(improve): intervals drawn from 0, so a bar at 0 shows
+        assert -0.05 <= ax.get_xlim()[0] <= 0.0 and ax.get_xlim()[1] >= 1.0
+    assert [t.get_text() for t in aggregate.axes[0].get_yticklabels()] == ["ppo (n=5 x 2)", "hp3o (n=5 x 2)"]
+    assert {t.get_text() for t in efficiency.axes[0].get_legend().get_texts()} == {"ppo (n=5 x 2)", "hp3o (n=5 x 2)"}
+
+
+def test_token_task_curves_are_drawn_in_generated_tokens_and_their_own_metric(monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    def runs_of(task, reward):
+        env = {"id": f"benchmarks.rlhf.env:RLHF/{task}-v0", "name": f"RLHF{task}", "family": "rlhf",
+               "kwargs": {"reward": reward}}
+        return [{**fake_run(f"RLHF{task}", algo, seed, [0, 8192], [0.3, 0.9]),
+                 "config": {"env": env, "total_steps": 65536}} for algo in ("ppo", "hp3o") for seed in range(2)]
+
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+    report.plot_suite(runs_of("Arithmetic", "judge") + runs_of("Praise", "model"), "rlhf", tmp_path)
+    arithmetic, praise = (fig.axes[0] for fig in drawn)
+    assert arithmetic.get_xlabel() == praise.get_xlabel() == "generated tokens"
+    assert arithmetic.get_ylabel() == "fraction right of greedy responses"
+    assert praise.get_ylabel() == "reward model's score of greedy responses"
+    assert "RLHF/Arithmetic-v0, 65,536 tokens" in arithmetic.get_title() and "benchmarks.rlhf" not in arithmetic.get_title()
+    drawn.clear()
+    report.plot_versus_ppo(runs_of("Arithmetic", "judge"), "rlhf", tmp_path)
+    assert drawn[0].axes[0].get_xlabel() == "generated tokens"
+
+
+def test_long_titles_are_wrapped_to_their_figure_and_saved_unclipped(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from benchmarks.report import save_figure, wrapped
+
+    title = wrapped("a title far longer than its figure is wide " * 6, 4.0)
+    assert all(len(line) <= 4.0 * 72 / (0.55 * 9) for line in title.splitlines()) and title.count("\n") >= 3
+    fig, ax = plt.subplots(figsize=(4.0, 3.0))
+    ax.plot([0, 1], [0, 1], label="a legend outside the axes")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("x" * 200, fontsize=9)  # unwrapped: wider than the figure
+    save_figure(fig, tmp_path / "wide", suffixes=(".png",), dpi=100)
+    with Image.open(tmp_path / "wide.png") as image:
+        assert image.width > 4.0 * 100  # the canvas grew to hold the title and the legend instead of cutting them
 
 
 def test_a_published_number_is_drawn_only_at_its_budget_beside_the_same_metric():
@@ -280,3 +363,51 @@ def test_an_algorithm_keeps_its_colour_whatever_else_a_report_holds(monkeypatch,
         colours.append({line.get_label().split(" ")[0]: matplotlib.colors.to_hex(line.get_color()) for line in lines})
     assert colours[0]["hp3o"] == colours[1]["hp3o"] == report.algo_color("hp3o").lower()
     assert colours[0]["ppo"] != colours[1]["my_variant"]
+
+
+# The committed results: what they say is what the committed runs and report code make (no training).
+
+def test_results_figures_md_is_the_page_the_report_writes_from_the_committed_tables():
+    from benchmarks.report import RESULTS, committed_suites, figures_page
+
+    assert (RESULTS / "figures.md").read_text() == figures_page(RESULTS, committed_suites())
+
+
+def test_every_committed_suite_was_reported_from_its_committed_runs_with_the_committed_report_code():
+    """results/report_stamps.json holds each suite's digest of its runs and the report's code as they were when its
+    tables and figures were written: a run or a line of the report changed since, and this fails until
+    `python -m benchmarks.report` is rerun and its output committed."""
+    import json
+
+    from benchmarks.report import STAMPS, committed_suites, suite_stamp
+
+    stamps = json.loads(STAMPS.read_text())
+    assert {suite.name: suite_stamp(suite) for suite in committed_suites()} == stamps
+
+
+@pytest.mark.slow
+def test_every_committed_table_and_figures_md_regenerate_byte_for_byte_from_the_committed_runs(tmp_path):
+    from benchmarks.report import RESULTS, committed_suites, figures_page, report_suites
+
+    suites = committed_suites()
+    report_suites(suites, tmp_path, jobs=2, plots=False)
+    written = sorted(path.name for path in (tmp_path / "tables").iterdir())
+    assert written  # every suite's tables, as committed, and nothing else of theirs is left in results/tables
+    for name in written:
+        assert (tmp_path / "tables" / name).read_bytes() == (RESULTS / "tables" / name).read_bytes(), name
+    assert figures_page(tmp_path, suites, drawn=RESULTS) == (RESULTS / "figures.md").read_text()
+
+
+def test_the_mujoco_aggregate_and_the_claims_table_compare_the_same_tasks_and_agree():
+    from benchmarks.report import RESULTS
+
+    aggregate = pd.read_csv(RESULTS / "tables" / "mujoco_tuned_300k_aggregate.csv").set_index("algo")
+    claims = pd.read_csv(RESULTS / "tables" / "claims.csv")
+    mujoco = claims[(claims["group"] == "mujoco") & (claims["metric"] == "final")]
+    assert len(mujoco) >= 4
+    for _, claim in mujoco.iterrows():
+        assert sorted(claim["tasks"].replace("*", "").split(", ")) == aggregate["task_names"].iloc[0].split()
+        assert claim["seeds"] == aggregate.loc[claim["preset"], "seeds_per_task"]
+        row = aggregate.loc[claim["preset"]]
+        assert (row["poi_vs_ppo"], row["poi_ci_low"], row["poi_ci_high"]) == (
+            claim["value"], claim["ci_low"], claim["ci_high"])
