@@ -104,7 +104,7 @@ def sampled_or_not_a_token_task(run: dict) -> bool:
 
 
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
-    pass
+    runs = [run for run in runs if sampled_or_not_a_token_task(run)]
     scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
     families = task_families(runs)
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)

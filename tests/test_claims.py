@@ -9,11 +9,14 @@ from benchmarks.claims import claims_table, measure
 FAMILIES = {"Pendulum": "classic_continuous", "CartPole": "classic", "RLHFPraise": "rlhf"}  # others: mujoco
 
 
-def fake_run(env: str, algo: str, seed: int, final: float, family: str | None = None) -> dict:
+def fake_run(env: str, algo: str, seed: int, final: float, family: str | None = None,
+             evaluation: str = "sampled") -> dict:
     steps = [0, 50_000, 100_000]
     curve = pd.DataFrame({"env_steps": steps, "eval_return_mean": [0.0, final / 2, final]})
     family = family or FAMILIES.get(env, "mujoco")
     config = {"env": {"name": env, "family": family, "hparams": {}}, "algo": {"name": algo}}  # no tuned values
+    if family == "rlhf" and evaluation is not None:  # a token task's evaluation (None: a run stored before the key)
+        config["env"]["evaluation"] = {"kind": evaluation, "seed": 0}
     return {"env": env, "algo": algo, "seed": seed, "env_steps": steps[-1], "eval": curve, "config": config}
 
 
@@ -60,6 +63,32 @@ def test_token_tasks_are_a_group_of_their_own_never_discrete_control():
     row = measure(runs, "hp3o", "rlhf", "auc")
     assert row["value"] == 1.0 and row["tasks"] == "RLHFPraise"
     assert set(claims_table(runs)["group"]) == {"rlhf"}
+
+
+def test_token_task_claims_read_the_sampled_evaluation_only():
+    def runs_of(evaluation):
+        return [fake_run("RLHFPraise", algo, s, (2.0 if algo == "hp3o" else 1.0) + s / 10, evaluation=evaluation)
+                for algo in ("ppo", "hp3o") for s in range(3)]
+
+    assert measure(runs_of("sampled"), "hp3o", "rlhf", "final")["value"] == 1.0
+    assert measure(runs_of("greedy"), "hp3o", "rlhf", "final") is None
+    assert measure(runs_of(None), "hp3o", "rlhf", "final") is None  # stored before the sampled evaluation: greedy
+    mixed = runs_of("greedy")[:3] + runs_of("sampled")[3:]  # ppo greedy, hp3o sampled: nothing to compare
+    assert measure(mixed, "hp3o", "rlhf", "final") is None
+
+
+def test_the_claims_command_says_how_many_greedy_token_task_runs_it_left_out(tmp_path, capsys, monkeypatch):
+    import benchmarks.claims as claims
+
+    runs = [fake_run("RLHFPraise", "ppo", s, 1.0, evaluation=None) for s in range(3)]
+    runs += [fake_run("Hopper", algo, s, 1.0 + s) for algo in ("ppo", "hp3o") for s in range(3)]
+    monkeypatch.setattr(claims, "load_runs", lambda suite: runs)
+    monkeypatch.setattr(claims, "study_provenance", lambda config: None)
+    (tmp_path / "suite").mkdir()
+    claims.main([str(tmp_path / "suite"), "--out", str(tmp_path / "tables")])
+    assert capsys.readouterr().err.strip() == ("left out: 3 token-task runs evaluated greedily (made before the "
+                                               "sampled evaluation, docs/rlhf.md); rerun them to compare presets on "
+                                               "token tasks")
 
 
 def test_tasks_of_two_families_name_each_familys_study(monkeypatch):

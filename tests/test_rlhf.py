@@ -98,26 +98,44 @@ def force(env: TokenVectorEnv, words: list[str]):
     return steps
 
 
-def test_reward_only_at_the_end_then_a_fresh_prompt_whose_first_action_is_ignored(praise_env):
+def test_reward_only_at_the_end_and_the_next_prompt_starts_in_the_same_step(praise_env):
     env = praise_env
     env.reset(seed=1)
     words = review("good", "great")
     steps = force(env, words)
     for _, reward, terminated, _, info in steps[:-1]:
         assert (reward == 0).all() and not terminated.any() and not info["_episode_metrics"].any()
-    final_obs, reward, terminated, truncated, info = steps[-1]
+    obs, reward, terminated, truncated, info = steps[-1]
     assert terminated.all() and not truncated.any()
     assert info["_episode_metrics"].all() and (info["episode_metrics"]["judge"] == 1.0).all()
-    # the reward model's score, normalised by the reference's mean and std
+    # the reward model's score of the finished sequence, normalised by the reference's mean and std
+    assert info["_final_obs"].all()
+    final_obs = info["final_obs"]
+    assert [PRAISE.vocabulary[int(i)] for i in final_obs[0, PRAISE.prompt_tokens:len(words) + PRAISE.prompt_tokens]] == words
     build = json.loads((model_dir("praise", "reward_model") / "build.json").read_text())
     ids = torch.as_tensor(final_obs[:1]).long()
     with torch.inference_mode():
         raw = env.reward_model(input_ids=ids, attention_mask=(ids != 0).long()).logits.item()
     assert reward[0] == pytest.approx((raw - build["score_mean"]) / build["score_std"], rel=1e-5)
-    # NEXT_STEP autoreset: the next step starts a new prompt, ignores its action and pays nothing
+    # SAME_STEP autoreset: the step that ended the response returned the next prompt, and the next step writes its
+    # first token (a reference log-probability, the token in the sequence): no step is a no-op
+    assert (env.lengths == PRAISE.prompt_tokens).all() and (obs[:, PRAISE.prompt_tokens:] == 0).all()
+    obs, reward, terminated, _, info = env.step(np.full(env.num_envs, PRAISE.vocabulary.index("good")))
+    assert (info["ref_log_prob"] < 0).all() and (env.lengths == PRAISE.prompt_tokens + 1).all()
+    assert (obs[:, PRAISE.prompt_tokens] == PRAISE.vocabulary.index("good")).all()
+
+
+def test_next_step_autoreset_of_stored_runs_starts_the_next_prompt_a_step_later_and_ignores_its_action():
+    env = TokenVectorEnv(num_envs=2, task="praise", reward="judge", autoreset="next_step")
+    env.reset(seed=1)
+    final_obs, reward, terminated, _, info = force(env, review("good"))[-1]
+    assert terminated.all() and (reward == 1.0).all() and "final_obs" not in info
+    assert (final_obs[:, PRAISE.prompt_tokens] == PRAISE.vocabulary.index("good")).all()  # the finished sequence
     obs, reward, terminated, _, info = env.step(np.full(env.num_envs, EOS_ID))
     assert (reward == 0).all() and not terminated.any() and (info["ref_log_prob"] == 0).all()
     assert (env.lengths == PRAISE.prompt_tokens).all() and (obs[:, PRAISE.prompt_tokens:] == 0).all()
+    with pytest.raises(ValueError, match="autoreset must be 'same_step' or 'next_step', got 'never'"):
+        TokenVectorEnv(num_envs=1, task="praise", autoreset="never")
 
 
 def test_a_response_cut_off_at_max_length_ends_and_pays_the_missing_eos_penalty():
@@ -305,6 +323,183 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
     assert 0.0 <= mean <= 1.0  # the judge pays 1 for the exact sum, else 0
 
 
+# -- the budget counts generated tokens ---------------------------------------------------------
+
+
+def recording_updates(monkeypatch) -> list:
+    """The (obs, valid) of every rollout the trainer hands to algorithm.update, recorded as it trains."""
+    import benchmarks.engine.trainer as trainer_module
+
+    seen, build = [], trainer_module.build_algorithm
+
+    def build_recording(*args, **kwargs):
+        algorithm = build(*args, **kwargs)
+        update = algorithm.update
+
+        def recording_update(rollout, iteration):
+            seen.append((rollout.obs.clone(), rollout.valid.clone()))
+            return update(rollout, iteration)
+
+        algorithm.update = recording_update
+        return algorithm
+
+    monkeypatch.setattr(trainer_module, "build_algorithm", build_recording)
+    return seen
+
+
+def tokens_generated(run_dir) -> tuple[int, int]:
+    """(tokens a run generated, responses it finished): the finished responses' lengths (episodes.csv) and the
+    tokens of those still being written when it ended (its checkpoint's env state)."""
+    from benchmarks.engine.trainer import read_checkpoint
+
+    episodes = pd.read_csv(run_dir / "episodes.csv")
+    env = read_checkpoint(run_dir / "checkpoint.pt")["envs"]["own"]
+    writing = ~env["needs_reset"].numpy()  # next_step: a finished response waits a step, counted in episodes.csv
+    in_flight = int((env["lengths"].numpy() - ARITHMETIC.prompt_tokens)[writing].sum())
+    return int(episodes["episode_length"].sum()) + in_flight, len(episodes)
+
+
+def test_a_budget_of_n_steps_generates_n_tokens_and_every_row_of_the_update_is_a_token_written(
+        make_config, tmp_path, monkeypatch):
+    seen = recording_updates(monkeypatch)
+    cfg = make_config(["env=RLHFArithmetic", "total_steps=2048", *QUIET])
+    assert cfg.env.kwargs.autoreset == "same_step"
+    summary = train(cfg, tmp_path)
+    tokens, responses = tokens_generated(tmp_path)
+    assert summary["env_steps"] == tokens == 2048 and responses > 500
+    assert len(seen) == 2
+    for obs, valid in seen:
+        assert valid.all()  # no masked row
+        # and no row is a finished response's no-op step: every observation is a response still being written
+        ids = obs.long()
+        assert not (ids == EOS_ID).any() and ((ids != 0).sum(-1) < ARITHMETIC.sequence_length).all()
+
+
+def test_runs_stored_with_next_step_autoreset_spent_a_step_per_response_on_a_no_op(make_config, tmp_path, monkeypatch):
+    seen = recording_updates(monkeypatch)
+    train(make_config(["env=RLHFArithmetic", "total_steps=2048", "env.kwargs.autoreset=next_step", *QUIET]), tmp_path)
+    tokens, responses = tokens_generated(tmp_path)
+    no_ops = sum(int((~valid).sum()) for _, valid in seen)
+    assert tokens + no_ops == 2048 and no_ops >= responses - 64  # less those whose no-op step had not come yet
+    # the no-op rows are masked: each is a finished response's sequence
+    for obs, valid in seen:
+        ids = obs.long()[~valid]
+        assert ((ids == EOS_ID).any(-1) | ((ids != 0).sum(-1) == ARITHMETIC.sequence_length)).all()
+
+
+def test_a_stored_token_task_run_composes_with_the_autoreset_and_evaluation_it_ran_with():
+    from omegaconf import OmegaConf
+
+    from benchmarks.engine.trainer import numbers_relevant, with_later_keys
+    from tests.conftest import ROOT
+
+    stored = json.loads((ROOT / "results/runs/rlhf/RLHFArithmetic/ppo/seed0/summary.json").read_text())["config"]
+    assert "autoreset" not in stored["env"]["kwargs"] and "evaluation" not in stored["env"]
+    filled = with_later_keys(stored)
+    assert filled["env"]["kwargs"]["autoreset"] == "next_step"
+    assert filled["env"]["evaluation"] == {"kind": "greedy", "seed": 0}
+    # what `python -m benchmarks.reproduce` retrains: the stored config over today's defaults
+    from benchmarks.reproduce import stored_config
+
+    rerun = stored_config(ROOT / "results/runs/rlhf/RLHFArithmetic/ppo/seed0")
+    assert rerun.env.kwargs.autoreset == "next_step" and rerun.env.evaluation.kind == "greedy"
+    assert rerun.eval.episodes == rerun.env.eval_episodes == 64
+    # today's command differs from it in those keys (and the evaluation's size): a rerun never takes it as its own
+    current = numbers_relevant(OmegaConf.to_container(compose_config(["env=RLHFArithmetic", "algo=ppo"]), resolve=True))
+    assert current["env"] != numbers_relevant(stored)["env"]
+    # a classic task's stored run gets none of the token tasks' keys
+    assert "kwargs" not in with_later_keys({"env": {"name": "CartPole", "family": "classic"}, "algo": {}})["env"]
+
+
+# -- the sampled evaluation -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread, as the trainer runs it (two threads on two busy cores made an evaluation 30x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_sampled_evaluation_is_the_same_for_a_fixed_seed_and_samples_at_the_training_temperature(one_thread):
+    from benchmarks.rlhf.evaluation import SampledEvaluation
+
+    reference = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic")).actor.eval()
+    evaluation = SampledEvaluation("arithmetic", 256, seed=7, reward="judge")
+    first, again = evaluation.responses(reference), evaluation.responses(reference)
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    other = SampledEvaluation("arithmetic", 256, seed=8, reward="judge").responses(reference)
+    assert not np.array_equal(first["judge"], other["judge"])
+    assert 0.2 < first["judge"].mean() < 0.4  # the reference's answers are right about 30% of the time
+    assert (first["kl_to_reference"] == 0).all()  # the policy is the reference
+    np.testing.assert_array_equal(first["reward"], first["judge"])  # RLHFArithmetic pays the judge
+    # sampled: one prompt asked several times gets several answers; greedy decoding gives one
+    prompts = [tuple(evaluation.env.prompt(i)) for i in range(256)]
+    assert 50 < len(set(prompts)) < 256  # 256 prompts drawn from the seed, of 100 sums
+
+    def answers(greedy: bool, evaluation=evaluation) -> set:
+        evaluation.responses(reference, greedy=greedy)
+        return {(prompts[i], tuple(evaluation.env.response(i))) for i in range(256)}
+
+    assert len(answers(greedy=False)) > len(answers(greedy=True)) == len(set(prompts))
+    # at the run's temperature: near 0 the tempered distribution is the most likely token, and so are the samples
+    cold = SampledEvaluation("arithmetic", 256, seed=7, reward="judge", temperature=1e-4)
+    assert answers(greedy=False, evaluation=cold) == answers(greedy=True)
+
+
+def test_the_sampled_evaluation_scores_what_it_says(one_thread):
+    from benchmarks.rlhf.evaluation import SampledEvaluation
+
+    torch.manual_seed(0)
+    policy = CausalLMActorCritic(len(PRAISE.vocabulary), resolve_init_from("rlhf/praise"), temperature=0.7).actor.eval()
+    with torch.no_grad():  # another policy than the reference, so that the KL is not 0
+        for parameter in policy.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    evaluation = SampledEvaluation("praise", 32, seed=3, reward="model", temperature=0.7, missing_eos_penalty=2.0)
+    scored = evaluation.responses(policy)
+    env = evaluation.env
+    reward_dir = model_dir("praise", "reward_model")
+    build = json.loads((reward_dir / "build.json").read_text())
+    for i in range(32):
+        prompt, response = env.prompt(i), env.response(i)
+        assert scored["length"][i] == len(response) and 1 <= len(response) <= PRAISE.max_new_tokens
+        assert scored["judge"][i] == PRAISE.judge(prompt, response)
+        ids = torch.as_tensor([PRAISE.vocabulary.index(w) for w in prompt + response])[None]
+        with torch.inference_mode():
+            raw = env.reward_model(input_ids=ids).logits.item()
+            # each response token's log-probability under both models, the context alone, unpadded, at 0.7
+            log_ratio = sum(float(tempered_log_probs(policy(input_ids=ids[:, :t]).logits[:, -1], 0.7)[0, ids[0, t]]
+                                  - tempered_log_probs(env.reference(input_ids=ids[:, :t]).logits[:, -1], 0.7)[0, ids[0, t]])
+                            for t in range(PRAISE.prompt_tokens, ids.shape[1]))
+        assert scored["reward_model"][i] == pytest.approx((raw - build["score_mean"]) / build["score_std"], abs=1e-4)
+        assert scored["kl_to_reference"][i] == pytest.approx(log_ratio, abs=1e-4)
+        cut_off = response[-1] != EOS
+        assert scored["reward"][i] == pytest.approx(scored["reward_model"][i] - 2.0 * cut_off)
+    assert scored["kl_to_reference"].mean() > 0.01
+
+
+def test_a_token_tasks_evaluation_curve_and_final_score_are_the_sampled_evaluation(make_config, tmp_path):
+    from benchmarks.engine.trainer import read_checkpoint
+    from benchmarks.rlhf.evaluation import EVAL_COLUMNS, SampledEvaluation
+
+    cfg = make_config(["env=RLHFArithmetic", "total_steps=1024", "logging.tensorboard=false",
+                       "logging.progress_bar=false"])
+    summary = train(cfg, tmp_path)
+    log = pd.read_csv(tmp_path / "eval.csv")
+    assert (log["eval_episodes"] == 256).all() and set(EVAL_COLUMNS) <= set(log.columns)
+    assert log["eval_kl_to_reference_mean"].iloc[0] == 0.0  # at the start the policy is the reference
+    np.testing.assert_array_equal(log["eval_return_mean"], log["eval_judge_mean"])  # RLHFArithmetic pays the judge
+    # the final score is the evaluation of the final policy, reproduced from the checkpoint alone
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic"))
+    policy.load_state_dict(read_checkpoint(tmp_path / "checkpoint.pt")["algorithm"]["policy"])
+    again = SampledEvaluation("arithmetic", 256, seed=cfg.env.evaluation.seed, reward="judge").responses(policy.actor)
+    assert summary["final_eval_return_mean"] == log["eval_return_mean"].iloc[-1] == float(again["reward"].mean())
+    assert log["eval_kl_to_reference_mean"].iloc[-1] == pytest.approx(float(again["kl_to_reference"].mean()), rel=1e-6)
+
+
 # 4 iterations of 1024 tokens, a checkpoint after each; killed after the second
 RESUME_RUN = ["env=RLHFPraise", "algo=hp3o", "total_steps=4096", "eval.every_steps=2048", "eval.episodes=8",
               "logging.checkpoint_every_steps=1024", "logging.progress_bar=false", "env.kl_penalty.adaptive=true"]
@@ -365,7 +560,7 @@ def test_trl_reads_the_reward_model_as_the_env_pays_it():
     env = TokenVectorEnv(num_envs=2, task="praise", reward="model")
     env.reset(seed=5)
     steps = force(env, review("good", "great"))
-    final_obs, reward = steps[-1][0], steps[-1][1]
+    final_obs, reward = steps[-1][4]["final_obs"], steps[-1][1]
     reward_dir = model_dir("praise", "reward_model")
     model = AutoModelForSequenceClassification.from_pretrained(reward_dir).eval()
     build = json.loads((reward_dir / "build.json").read_text())

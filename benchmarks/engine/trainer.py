@@ -50,6 +50,8 @@ class Evaluator:
     evaluation sees fresh but reproducible start states.
     """
 
+    columns: dict = {}  # what an evaluation measures beside the returns, for eval.csv (a token task's SampledEvaluator)
+
     def __init__(self, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None):
         self.envs = make_vector_env(env_id, episodes, seed, record_stats=False, env_kwargs=env_kwargs)
         self.seed: int | None = seed
@@ -113,7 +115,7 @@ def with_later_keys(config: dict) -> dict:
     # imported here: validate imports the algorithms, which this module's importers may still be loading
     from algorithms import ALGORITHMS
     from algorithms.schema import fill_missing, values_before
-    from benchmarks.engine.validate import RunConfig, TokenTaskEnvConfig
+    from benchmarks.engine.validate import EnvConfig, RunConfig, TokenTaskEnvConfig
 
     later_algo_keys: dict = {}
     for algorithm in ALGORITHMS.values():
@@ -121,7 +123,9 @@ def with_later_keys(config: dict) -> dict:
             assert later_algo_keys.get(name, value) == value, f"two schemas say algo.{name} was {value} and " \
                                                               f"{later_algo_keys[name]} before it existed"
             later_algo_keys[name] = value
-    later = {**values_before(RunConfig), "env": values_before(TokenTaskEnvConfig), "algo": later_algo_keys}
+    token_task = config.get("env", {}).get("family") == "rlhf"  # a token task's own keys, on its runs only
+    later = {**values_before(RunConfig), "env": values_before(TokenTaskEnvConfig if token_task else EnvConfig),
+             "algo": later_algo_keys}
     return fill_missing(config, {name: value for name, value in later.items() if value != {}})
 
 
@@ -460,7 +464,15 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     kl_penalty = ReferenceKLPenalty(env_cfg.kl_penalty, num_envs) if "kl_penalty" in env_cfg else None
     episode_infos = EpisodeInfoMeans()
     rollout = Rollout.allocate(num_steps, num_envs, obs_dim, action_shape)
-    evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000, env_kwargs)
+    if env_cfg.get("evaluation", {}).get("kind") == "sampled":  # token tasks: benchmarks/rlhf/evaluation.py
+        from benchmarks.rlhf.evaluation import SampledEvaluator
+
+        evaluator = SampledEvaluator(env_cfg.id, cfg.eval.episodes, env_cfg.evaluation.seed, env_kwargs)
+    else:
+        evaluator = Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000, env_kwargs)
+    # NEXT_STEP autoreset: the step after an episode ends is a reset that ignores its action (valid False); a
+    # SAME_STEP env (the token tasks) resets within the step that ends an episode, and every step is valid.
+    same_step_reset = envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.SAME_STEP
     state = TrainingState(cfg, algorithm, obs_normalizer, reward_scaler, envs, evaluator, kl_penalty)
     phases = state.phases
 
@@ -493,6 +505,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
             "eval_return_mean": float(returns.mean()),
             "eval_return_std": float(returns.std()),
             "eval_episodes": len(returns),
+            **evaluator.columns,
         }
         logger.log_eval(row)
         return row
@@ -529,7 +542,7 @@ def train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 episode_returns, episode_lengths = [], []
                 with torch.inference_mode():
                     for t in range(num_steps):
-                        valid = ~episode_ended
+                        valid = ~episode_ended if not same_step_reset else np.ones_like(episode_ended)
                         before_act = time.perf_counter()
                         action, log_prob, value = algorithm.act(obs)
                         after_act = time.perf_counter()

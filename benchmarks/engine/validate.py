@@ -119,6 +119,9 @@ class TokenTaskArguments:
     reward: Annotated[str, one_of(["model", "judge"])]
     temperature: PositiveFloat
     missing_eos_penalty: Annotated[float | None, EOS_PENALTY]
+    # same_step: every env step writes a token (the budget counts generated tokens); next_step: the step after a
+    # response is a no-op that counts as an env step, as runs stored before this key ran
+    autoreset: Annotated[str, one_of(["same_step", "next_step"]), Before("next_step")]
 
 
 @dataclass
@@ -130,6 +133,15 @@ class KLPenaltyConfig:
 
 
 @dataclass
+class TokenEvaluationConfig:
+    """How a token task is evaluated (benchmarks/rlhf/evaluation.py): sampled responses at the training temperature
+    to eval.episodes fixed prompts, prompts and samples drawn from `seed` at every evaluation; or greedy responses
+    to fresh prompts (the shared Evaluator), as runs stored before this key ran."""
+    kind: Annotated[str, one_of(["sampled", "greedy"]), Before("greedy")]
+    seed: Annotated[int, positive_int(minimum=0, maximum=MAX_SEED), Before(0)]
+
+
+@dataclass
 class TokenTaskEnvConfig(EnvConfig):
     """The token tasks' own keys (conf/env_family/rlhf.yaml): the policy network, the env's arguments, the KL
     penalty to the reference model. Allowed in that family only."""
@@ -138,6 +150,7 @@ class TokenTaskEnvConfig(EnvConfig):
     kwargs: TokenTaskArguments
     kl_penalty: KLPenaltyConfig
     whiten_rewards: Flag
+    evaluation: TokenEvaluationConfig
 
 
 SEED_BATCH = Check(

@@ -19,8 +19,16 @@ the per-token KL penalty (benchmarks/engine/reference_kl.py). A finished respons
 "episode_metrics" {"judge": the judge's score} (mask "_episode_metrics"), which train.csv logs as
 episode_judge beside the reward model's score, so that reward hacking shows.
 
-Autoreset is Gymnasium's NEXT_STEP mode, as in every other task of the suite: the step after an
-episode ends starts the next prompt and ignores its action.
+Autoreset (autoreset=...): every step writes one token in every env, so a run's env steps are its
+generated tokens and its budget counts tokens only:
+
+    "same_step"  Gymnasium's SAME_STEP mode: the step that ends a response also starts the env's next
+                 prompt, whose observation it returns (the finished sequence is in info["final_obs"],
+                 mask info["_final_obs"]). No step is a no-op. A response always terminates, never
+                 truncates, so nothing is bootstrapped from the observation of the next prompt.
+    "next_step"  Gymnasium's NEXT_STEP mode, as the suite's other tasks: the step after a response ends
+                 starts the next prompt and ignores its action (a no-op step that writes no token but
+                 counts as an env step). Runs stored before "same_step" existed ran this way.
 """
 
 from __future__ import annotations
@@ -40,15 +48,20 @@ from benchmarks.rlhf.tasks import EOS, SPECIAL_TOKENS, get_task
 EOS_ID = SPECIAL_TOKENS.index(EOS)
 
 
-class TokenVectorEnv(gym.vector.VectorEnv):
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+AUTORESET_MODES = {"same_step": AutoresetMode.SAME_STEP, "next_step": AutoresetMode.NEXT_STEP}
 
+
+class TokenVectorEnv(gym.vector.VectorEnv):
     def __init__(self, num_envs: int, task: str, reward: str = "model", temperature: float = 1.0,
-                 missing_eos_penalty: float | None = None):
+                 missing_eos_penalty: float | None = None, autoreset: str = "same_step"):
         from transformers import GPT2ForSequenceClassification, GPT2LMHeadModel, PreTrainedTokenizerFast
 
         if reward not in ("model", "judge"):
             raise ValueError(f"reward must be 'model' or 'judge', got {reward!r}")
+        if autoreset not in AUTORESET_MODES:
+            raise ValueError(f"autoreset must be 'same_step' or 'next_step', got {autoreset!r}")
+        # RecordEpisodeStatistics and the trainer read the mode here
+        self.metadata = {"autoreset_mode": AUTORESET_MODES[autoreset]}
         self.task = get_task(task)
         self.num_envs = num_envs
         self.temperature = float(temperature)
@@ -132,10 +145,16 @@ class TokenVectorEnv(gym.vector.VectorEnv):
                 if self.missing_eos_penalty is not None:
                     rewards[finished & ~ended_with_eos] -= self.missing_eos_penalty
                 terminated = finished
+        info = {"ref_log_prob": ref_log_prob, "episode_metrics": {"judge": judge}, "_episode_metrics": terminated.copy()}
+        if self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP:
+            info["final_obs"] = np.where(terminated[:, None], self.tokens, 0).astype(np.float32)
+            info["_final_obs"] = terminated.copy()
+            for index in np.flatnonzero(terminated):
+                self.new_prompt(index)
+            return self.tokens.astype(np.float32), rewards, terminated, np.zeros(num, bool), info
         for index in np.flatnonzero(self.needs_reset):
             self.new_prompt(index)
         self.needs_reset = terminated.copy()
-        info = {"ref_log_prob": ref_log_prob, "episode_metrics": {"judge": judge}, "_episode_metrics": terminated.copy()}
         return self.tokens.astype(np.float32), rewards, terminated, np.zeros(num, bool), info
 
     # -- checkpoints (benchmarks/engine/env_state.py) ---------------------------

@@ -28,10 +28,11 @@ Adam (eps 1e-5) with the same linear decay; ours clips the global gradient norm 
 PPO loop does not; TRL adds the score one token after <eos> (its known off-by-one) and can
 sample <pad> and <bos>, which ours never generates (algorithms/lm_policy.py).
 
-Both final policies are then scored by one function (`score_policy`): `--samples` responses sampled
-at the run's temperature to prompts from one fixed seed (reward model's score as the env pays it,
-the judge's score, the summed per-token KL to the reference, the length), and greedy responses to
-64 prompts. Writes results/tables/rlhf_trl_<task>.md and .json.
+Both final policies are then scored by one function (`score_policy`, the suite's own evaluation of token
+tasks, benchmarks/rlhf/evaluation.py): responses sampled at the run's temperature to `--samples` prompts
+from one fixed seed (the reward as the env pays it, the reward model's and the judge's score, the summed
+per-token KL to the reference, the length), and greedy responses to 64 prompts. Writes
+results/tables/rlhf_trl_<task>.md and .json.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.lm_policy import CausalLMActorCritic, next_token_log_probs
+from algorithms.lm_policy import CausalLMActorCritic
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import PROJECT_ROOT, compose_config, read_checkpoint, task_kwargs, train
-from benchmarks.rlhf.env import TokenVectorEnv
+from benchmarks.rlhf.evaluation import SampledEvaluation
 from benchmarks.rlhf.models import model_dir, resolve_init_from
 from benchmarks.rlhf.tasks import get_task
 
@@ -61,36 +62,14 @@ TRL_VERSION = "1.12.0"
 # -- one scorer for both policies --------------------------------------------------------------
 
 
-@torch.inference_mode()
 def score_policy(actor, cfg, samples: int, seed: int, greedy: bool = False) -> dict:
-    """Mean reward (as the env pays it), judge's score, KL to the reference (summed over each response's
-    tokens) and length of `samples` responses of `actor` (a causal LM) to prompts drawn with `seed`."""
-    env = TokenVectorEnv(num_envs=min(64, samples), task=get_task_name(cfg), **task_kwargs(cfg.env))
-    env.reset(seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    kl_so_far = np.zeros(env.num_envs)
-    done: dict[str, list] = {"reward": [], "judge": [], "kl_to_reference": [], "length": []}
-    answered = np.zeros(env.num_envs, bool)  # greedy: each env answers its first prompt only
-    while len(done["reward"]) < samples:
-        writing = ~env.needs_reset
-        log_probs = next_token_log_probs(actor, torch.as_tensor(env.tokens), env.temperature,
-                                         lengths=torch.as_tensor(env.lengths))
-        actions = (log_probs.argmax(-1) if greedy
-                   else torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1))
-        chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1).numpy()
-        _, reward, terminated, _, info = env.step(actions.numpy())
-        kl_so_far[writing] += chosen[writing] - info["ref_log_prob"][writing]
-        for i in np.flatnonzero(terminated & ~answered):
-            done["reward"].append(reward[i])
-            done["judge"].append(info["episode_metrics"]["judge"][i])
-            done["kl_to_reference"].append(kl_so_far[i])
-            done["length"].append(env.lengths[i] - env.task.prompt_tokens)
-        kl_so_far[terminated] = 0.0
-        if greedy:
-            answered |= terminated
-            if answered.all():
-                break
-    return {key: float(np.mean(values[:samples])) for key, values in done.items()}
+    """Mean reward (as the env pays it), reward model's and judge's score, KL to the reference (summed over each
+    response's tokens) and length of the responses of `actor` (a causal LM) to `samples` prompts drawn with
+    `seed`: the suite's own evaluation of token tasks (benchmarks/rlhf/evaluation.py)."""
+    evaluation = SampledEvaluation(get_task_name(cfg), samples, seed, **task_kwargs(cfg.env))
+    scored = evaluation.responses(actor, greedy=greedy)
+    evaluation.close()
+    return {key: float(np.mean(values)) for key, values in scored.items()}
 
 
 def get_task_name(cfg) -> str:
