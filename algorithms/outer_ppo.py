@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import torch
-from torch import nn
 
-from algorithms.core import clipped_policy_loss, make_optimizer, normalize_advantages, value_loss
+from algorithms.core import make_optimizer, masked_mean, normalize_advantages
 from algorithms.population import declaring_class, steps_optimizer
-from algorithms.ppo import PPO, PPOConfig, StatsTracker, explained_variance
+from algorithms.ppo import PPO, Evaluation, Phase, PPOConfig, explained_variance
 from algorithms.schema import (
     Before,
     NonNegativeFloat,
@@ -93,9 +92,9 @@ class OuterPPOConfig(PPOConfig):
 
 class OuterPPO(PPO):
     Config = OuterPPOConfig
-    # PPO's inner loop with Adam or plain SGD runs in a population's vectorized epochs, the outer step around them
-    # per seed (begin_update, end_update); the full-batch inner loop, or another inner optimizer, runs seed by seed.
-    # Declared per instance in __init__, from the config; this is the class's default.
+    # Its phases (PPO's inner loop, or the full-batch inner steps and the critic's fit) with Adam or plain SGD run in
+    # a population's vectorized program, the outer step around them per seed (begin_update, end_update); another
+    # inner optimizer runs seed by seed. Declared per instance in __init__, from the config; this is the default.
     population_update = "per_seed"
     guarded_stats = (*PPO.guarded_stats, "outer_grad_norm")
 
@@ -128,8 +127,9 @@ class OuterPPO(PPO):
         self.previous_outer_grad: list[torch.Tensor] | None = None
         self.previous_outer_update: list[torch.Tensor] | None = None
         self.outer_start: tuple | None = None  # (theta_k, log-probabilities before), between the two hooks
-        if declaring_class(type(self)) is OuterPPO and not self.full_batch and steps_optimizer(self.optimizer):
-            self.population_update = "vectorized"  # PPO's inner loop with Adam or plain SGD (a subclass says its own)
+        if declaring_class(type(self)) is OuterPPO and all(
+                steps_optimizer(getattr(self, phase.optimizer)) for phase in self.update_phases()):
+            self.population_update = "vectorized"  # its phases with Adam or plain SGD (a subclass says its own)
 
     # -- construction -------------------------------------------------------
 
@@ -175,6 +175,8 @@ class OuterPPO(PPO):
         """theta_k, where the outer step starts, and the inner loop's start (theta_k, or the biased start);
         returns the inner loop's lr."""
         self.set_lr(self.outer_optimizer, self.outer_lr(iteration))
+        if self.full_batch:
+            self.set_lr(self.critic_optimizer, self.annealed_lr(iteration))  # PPO's lr and schedule
         with torch.no_grad():
             theta_k = [p.detach().clone() for p in self.outer_params]
             log_prob_before = self.policy.evaluate(batch["obs"], batch["actions"])[0]
@@ -185,11 +187,56 @@ class OuterPPO(PPO):
         self.outer_start = (theta_k, log_prob_before)  # read by end_update, after the inner loop
         return self.inner_lr(iteration)
 
+    def update_phases(self) -> list[Phase]:
+        """PPO's inner loop: PPO's phase with the inner optimizer. The design note's: inner_epochs steps of the inner
+        optimizer on the whole batch's clipped surrogate (the actor only, no gradient clip), then the critic fitted
+        as PPO fits it (update_epochs x num_minibatches of the value loss, its own Adam, norm-clipped). The critic's
+        fit draws each epoch's permutation; the outer step (end_update) moves the actor only, so their order is
+        immaterial."""
+        if not self.full_batch:
+            return super().update_phases()
+        return [
+            Phase(evaluate="evaluate_actor_minibatch", loss="inner_loss_terms", epochs=self.cfg.inner_epochs,
+                  whole_batch=True, logs_loss=False),
+            Phase(optimizer="critic_optimizer", evaluate="evaluate_critic_minibatch", loss="critic_loss_terms",
+                  epochs=self.cfg.update_epochs, max_grad_norm=self.cfg.max_grad_norm, logs_loss=False),
+        ]
+
     def optimize(self, batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """The inner loop, from the start begin_update set, to theta*_k: PPO's own, or the design note's."""
+        """The inner loop, from the start begin_update set, to theta*_k: PPO's own, or the design note's phases."""
+        if not self.full_batch:
+            return super().optimize(batch, optimizer)
+        stats = {}
+        for phase in self.update_phases():
+            stats |= self.run_phase(phase, batch)
+        return stats | self.after_epochs(batch)
+
+    def after_epochs(self, batch) -> dict[str, float]:
+        """The full-batch inner loop's critic fit explains the batch's returns this much (PPO's epochs log it)."""
+        stats = super().after_epochs(batch)
         if self.full_batch:
-            return self.full_batch_inner_loop(batch, optimizer)
-        return super().optimize(batch, optimizer)
+            stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        return stats
+
+    def evaluate_actor_minibatch(self, minibatch) -> Evaluation:
+        """The full-batch inner loop reads the actor only; advantages normalised over the batch (algo.norm_adv)."""
+        log_prob, entropy = self.policy.evaluate_actor(minibatch["obs"], minibatch["actions"])
+        advantages = minibatch["advantages"]
+        if self.cfg.norm_adv:
+            advantages = normalize_advantages(advantages, mask=minibatch.get("mask"))
+        return Evaluation(log_prob, entropy, None, advantages)
+
+    def inner_loss_terms(self, new: Evaluation, minibatch, stats: dict) -> dict[str, torch.Tensor]:
+        """The design note's inner objective: the clipped surrogate alone (no value loss, no entropy bonus)."""
+        stats["entropy"] = masked_mean(new.entropy, minibatch.get("mask")).detach()
+        return {"policy": self.policy_term(new, minibatch, stats)}
+
+    def evaluate_critic_minibatch(self, minibatch) -> Evaluation:
+        return Evaluation(None, None, self.policy.value(minibatch["obs"]), minibatch["advantages"])
+
+    def critic_loss_terms(self, new: Evaluation, minibatch, stats: dict) -> dict[str, torch.Tensor]:
+        """The critic's fit: PPO's value term alone."""
+        return {"value": self.value_term(new, minibatch, stats)}
 
     def end_update(self, batch, iteration: int, stats: dict[str, float]) -> dict[str, float]:
         """The outer step: g_k = theta_k - theta*_k as the .grad of theta_k, one step of the outer optimizer."""
@@ -220,10 +267,7 @@ class OuterPPO(PPO):
             log_prob_after = self.policy.evaluate(batch["obs"], batch["actions"])[0]
 
         if self.full_batch:
-            critic_lr = self.annealed_lr(iteration)  # PPO's lr and schedule
-            self.set_lr(self.critic_optimizer, critic_lr)
-            stats |= self.fit_critic(batch)
-            stats["critic_lr"] = critic_lr
+            stats["critic_lr"] = self.critic_optimizer.param_groups[0]["lr"]
 
         stats["lr"] = inner_lr
         stats["outer_lr"] = outer_lr
@@ -238,54 +282,6 @@ class OuterPPO(PPO):
         stats["outer_kl"] = kl_after_before(log_prob_before, log_prob_after)
         self.previous_outer_grad = outer_grad
         self.previous_outer_update = outer_update
-        return stats
-
-    def full_batch_inner_loop(self, batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """The design note's inner loop: inner_epochs optimizer steps on the whole batch's clipped surrogate.
-
-        Advantages are normalised once over the batch (algo.norm_adv). Only the actor's
-        parameters are stepped and no gradient is clipped.
-        """
-        advantages = normalize_advantages(batch["advantages"]) if self.cfg.norm_adv else batch["advantages"]
-        tracker = StatsTracker()
-        for _step in range(self.cfg.inner_epochs):
-            new_log_prob, entropy = self.policy.evaluate_actor(batch["obs"], batch["actions"])
-            surrogate_loss, ratio, approx_kl, clip_fraction = clipped_policy_loss(
-                new_log_prob, batch["log_probs"], advantages, self.cfg.clip_coef
-            )
-            optimizer.zero_grad(set_to_none=True)
-            surrogate_loss.backward()
-            optimizer.step()
-            tracker.add({
-                "policy_loss": surrogate_loss.detach(),
-                "entropy": entropy.mean().detach(),
-                "approx_kl": approx_kl,
-                "clip_fraction": clip_fraction,
-                "ratio_mean": ratio.mean(),
-                "ratio_max": ratio.max(),
-            })
-        optimizer.zero_grad(set_to_none=True)
-        return tracker.means()
-
-    def fit_critic(self, batch) -> dict[str, float]:
-        """The critic as PPO fits it: update_epochs x num_minibatches of the (clipped) value loss, norm-clipped."""
-        cfg = self.cfg
-        critic_params = list(self.policy.critic.parameters())
-        tracker = StatsTracker()
-        num_samples = batch["obs"].shape[0]
-        for _epoch in range(cfg.update_epochs):
-            permutation = torch.randperm(num_samples)
-            for indices in torch.tensor_split(permutation, cfg.num_minibatches):
-                new_values = self.policy.value(batch["obs"][indices])
-                v_loss = value_loss(new_values, batch["values"][indices], batch["returns"][indices],
-                                    cfg.clip_coef if cfg.clip_vloss else None)
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                (cfg.vf_coef * v_loss).backward()
-                grad_norm = nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm)
-                self.critic_optimizer.step()
-                tracker.add({"value_loss": v_loss.detach(), "grad_norm": grad_norm.detach()})
-        stats = tracker.means()
-        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
         return stats
 
     # -- checkpoints ----------------------------------------------------------

@@ -46,21 +46,23 @@ COMPILE_OPTIONS: dict = {"cpp_wrapper": True}
 
 
 class LossModule(nn.Module):
-    """algorithm.loss_terms as the forward of a module whose only submodule is the algorithm's policy, so that
-    torch.func.functional_call can run the algorithm's own loss code on any seed's parameters."""
+    """A phase's loss (PPO's: algorithm.loss_terms of algorithm.evaluate_minibatch) as the forward of a module whose
+    only submodule is the algorithm's policy, so that torch.func.functional_call can run the algorithm's own loss
+    code on any seed's parameters."""
 
-    def __init__(self, algorithm):
+    def __init__(self, algorithm, phase):
         super().__init__()
         self.policy = algorithm.policy
         object.__setattr__(self, "algorithm", algorithm)  # not a module: kept out of the parameter tree
+        self.evaluate, self.loss, self.logs_loss = phase.evaluate, phase.loss, phase.logs_loss
 
     def forward(self, minibatch: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]):
         algorithm = self.algorithm
         with algorithm.bound_loss_inputs(inputs):
             stats: dict[str, torch.Tensor] = {}
-            terms = algorithm.loss_terms(algorithm.evaluate_minibatch(minibatch), minibatch, stats)
+            terms = getattr(algorithm, self.loss)(getattr(algorithm, self.evaluate)(minibatch), minibatch, stats)
             loss = sum_in_order(terms)
-        return loss, {**stats, "loss": loss.detach()}
+        return loss, ({**stats, "loss": loss.detach()} if self.logs_loss else stats)
 
 
 def sum_in_order(terms: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -187,23 +189,28 @@ class UncheckedCalls:
 
 
 class PopulationStep:
-    """The vmapped (and compiled) minibatch step of one algorithm config over S seeds.
+    """The vmapped (and compiled) minibatch step of one phase of an algorithm config (PPO.update_phases) over S
+    seeds.
 
     `template` is any algorithm object of the population: its class's loss code is traced with the seed's
     parameters substituted (functional_call), so it must hold nothing per seed that the loss reads except
-    through loss_inputs.
+    through loss_inputs. The phase's optimizer may own only some of the policy's parameters (Outer-PPO's full-batch
+    inner loop steps the actor, its critic's fit the critic): the others keep their values and get no moments.
     """
 
-    def __init__(self, template, max_grad_norm: float, optimizer: torch.optim.Optimizer, mode: str | None = None):
+    def __init__(self, template, phase, mode: str | None = None):
         # A shallow copy (the same policy module and config): the loss inputs it is traced with are set on the copy
         # only, so the run's own objects (whose PPO-KL beta adapts every update) are never read by the compiled
         # program's guards; a guard on a changing Python number would recompile, and past the recompile limit
         # fall back to eager, changing the rounding mid-run.
-        self.module = LossModule(copy.copy(template))
+        self.module = LossModule(copy.copy(template), phase)
         self.layout = FlatLayout(template.policy)
+        optimizer = getattr(template, phase.optimizer)
         group = optimizer.param_groups[0]
-        self.max_grad_norm, self.steps_adam = float(max_grad_norm), type(optimizer) is torch.optim.Adam
+        self.max_grad_norm, self.steps_adam = phase.max_grad_norm, type(optimizer) is torch.optim.Adam
         self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.steps_adam else (None, None)
+        # [P]: True on the parameters the phase's optimizer steps; None when it steps them all
+        self.owned = owned_mask(optimizer, template.policy)
         self.mode = mode or compile_mode()
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
                                  self.mode)
@@ -215,15 +222,21 @@ class PopulationStep:
             return torch.func.functional_call(self.module, named, (minibatch, inputs))
 
         grad, stats = torch.func.grad(loss, has_aux=True)(flat)
-        grad, grad_norm = clip_by_global_norm(grad, self.max_grad_norm)
+        if self.owned is not None:  # the norm and the step see the phase's own parameters only
+            grad = torch.where(self.owned, grad, 0.0)
+        if self.max_grad_norm is not None:
+            grad, stats["grad_norm"] = clip_by_global_norm(grad, self.max_grad_norm)
         if self.steps_adam:
             new_flat, new_moments = adam_update(flat, grad, moments, lr, self.betas, self.eps)
         else:  # plain SGD keeps no state
             new_flat, new_moments = sgd_update(flat, grad, lr), {}
-        # a stopped seed keeps its parameters and moments exactly (Adam would move it on a zero gradient)
-        new_flat = torch.where(active, new_flat, flat)
-        new_moments = {key: torch.where(active, value, moments[key]) for key, value in new_moments.items()}
-        return new_flat, new_moments, {**stats, "grad_norm": grad_norm}
+        # a stopped seed keeps its parameters and moments exactly (Adam would move it on a zero gradient), and so
+        # does every parameter the phase does not own
+        moves = active if self.owned is None else active & self.owned
+        new_flat = torch.where(moves, new_flat, flat)
+        new_moments = {key: torch.where(active if key == "step" else moves, value, moments[key])
+                       for key, value in new_moments.items()}
+        return new_flat, new_moments, stats
 
     def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: float, active: torch.Tensor,
                  inputs: dict):
@@ -236,16 +249,28 @@ def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
     return torch.stack([layout.flatten(policy) for policy in policies])
 
 
+def owned_mask(optimizer: torch.optim.Optimizer, policy: nn.Module) -> torch.Tensor | None:
+    """[P] (flat layout): True on the parameters the optimizer steps; None when it steps every one."""
+    owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+    pieces = [torch.full((param.numel(),), id(param) in owned) for param in policy.parameters()]
+    mask = torch.cat(pieces)
+    return None if bool(mask.all()) else mask
+
+
 def adam_state_from(optimizers: list[torch.optim.Optimizer], policies: list[nn.Module]) -> dict:
-    """The population's Adam state ([S] steps, [S, P] moments) from the seeds' own torch Adam optimizers."""
+    """The population's Adam state ([S] steps, [S, P] moments) from the seeds' own torch Adam optimizers (zero
+    moments on a parameter an optimizer does not step)."""
     rows = []
     for optimizer, policy in zip(optimizers, policies):
-        states = [optimizer.state.get(param, {}) for _, param in policy.named_parameters()]
-        if not all(states):  # before the first step
+        owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+        states = [optimizer.state.get(param, {}) if id(param) in owned else None for param in policy.parameters()]
+        if not all(state for state in states if state is not None):  # before the first step
             return {"step": torch.zeros(len(policies)), "exp_avg": torch.zeros(len(policies), rows_size(policy)),
                     "exp_avg_sq": torch.zeros(len(policies), rows_size(policy))}
-        rows.append((float(states[0]["step"]), torch.cat([s["exp_avg"].reshape(-1) for s in states]),
-                     torch.cat([s["exp_avg_sq"].reshape(-1) for s in states])))
+        step = next(float(state["step"]) for state in states if state is not None)
+        moments = [torch.cat([(state[key] if state is not None else torch.zeros_like(param)).reshape(-1)
+                              for state, param in zip(states, policy.parameters())]) for key in ("exp_avg", "exp_avg_sq")]
+        rows.append((step, *moments))
     return {"step": torch.tensor([row[0] for row in rows]), "exp_avg": torch.stack([row[1] for row in rows]),
             "exp_avg_sq": torch.stack([row[2] for row in rows])}
 
@@ -261,7 +286,10 @@ def adam_state_to(adam: dict, optimizers: list[torch.optim.Optimizer], policies:
             continue
         layout = FlatLayout(policy)
         exp_avg, exp_avg_sq = layout.unflatten(adam["exp_avg"][index]), layout.unflatten(adam["exp_avg_sq"][index])
+        owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
         for name, param in policy.named_parameters():
+            if id(param) not in owned:
+                continue
             optimizer.state[param] = {"step": adam["step"][index].clone().reshape(()),
                                       "exp_avg": exp_avg[name].clone(), "exp_avg_sq": exp_avg_sq[name].clone()}
 
@@ -311,17 +339,19 @@ class PopulationBatch:
         self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
         if self.vectorized:
             refuse_other_optimizers(algorithms)
-            self.step = PopulationStep(first, first.cfg.max_grad_norm, first.optimizer, mode=self.mode)
-            # Adam's [S] steps and [S, P] moments; plain SGD keeps none
-            self.moments = (adam_state_from([a.optimizer for a in algorithms], self.policies)
-                            if self.step.steps_adam else {})
+            self.phases = first.update_phases()  # PPO: one; Outer-PPO's full-batch inner loop: two
+            self.steps = [PopulationStep(first, phase, mode=self.mode) for phase in self.phases]
+            # each optimizer's Adam state, [S] steps and [S, P] moments, by the attribute naming it; SGD keeps none
+            self.moments = {phase.optimizer: adam_state_from([getattr(a, phase.optimizer) for a in algorithms],
+                                                             self.policies) if step.steps_adam else {}
+                            for phase, step in zip(self.phases, self.steps)}
 
     def __len__(self) -> int:
         return len(self.algorithms)
 
     def unchecked_calls(self) -> UncheckedCalls:
         """A block (a rollout, an update) in which each compiled program checks its guards on its first call only."""
-        return UncheckedCalls([self.acting, self.valuing] + ([self.step.step] if self.vectorized else []))
+        return UncheckedCalls([self.acting, self.valuing] + ([step.step for step in self.steps] if self.vectorized else []))
 
     # -- acting -----------------------------------------------------------------
 
@@ -368,31 +398,74 @@ class PopulationBatch:
 
     def vectorized_update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
         """PPO.update for every seed at once: each active seed's begin_update (its own code: Outer-PPO's theta_k,
-        HP3O's buffer), the epochs x minibatches loop as one program over each seed's own epoch batches (drawn
-        from its own streams), then each seed's after_epochs and end_update (Outer-PPO's outer step)."""
-        algorithms, first = self.algorithms, self.algorithms[0]
-        batches, lr = [], None
+        HP3O's buffer), each of the algorithm's phases (PPO's epochs x minibatches) as one program over each
+        seed's own epoch batches (drawn from its own streams), then each seed's after_epochs and end_update
+        (Outer-PPO's outer step)."""
+        algorithms = self.algorithms
+        batches, lr, lead = [], None, None
         for algorithm, rollout, randoms, on in zip(algorithms, rollouts, self.randoms, active):
             batches.append(algorithm.flatten_rollout(rollout))
             if on:
                 with randoms:
                     lr = algorithm.begin_update(rollout, batches[-1], iteration)  # one schedule for every seed
+                lead = lead or algorithm
         if lr is None:  # no seed is running
             return [None] * len(algorithms)
         for algorithm in algorithms:
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
-        width = first.minibatch_rows_at_most(rollouts[0].num_steps * rollouts[0].num_envs)
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
-                  for name in first.loss_inputs()}
-        running = torch.tensor(active)
+                  for name in lead.loss_inputs()}
+        rollout_size = rollouts[0].num_steps * rollouts[0].num_envs
+        phase_means, trained_on = [], None
+        for phase, step in zip(self.phases, self.steps):
+            phase_lr = getattr(lead, phase.optimizer).param_groups[0]["lr"]
+            means, phase_trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lr, rollout_size)
+            phase_means.append(means)
+            if phase.epochs is None:  # PPO's epoch loop: explained variance over the batches it trained on
+                trained_on = phase_trained_on
+        parameters_to(self.params, self.policies)
+        from algorithms.ppo import explained_variance, in_log_order
+
+        results = []
+        for index, (algorithm, batch, on) in enumerate(zip(algorithms, batches, active)):
+            if not on:
+                results.append(None)
+                continue
+            stats = {}
+            for means in phase_means:
+                stats |= in_log_order({key: float(value[index]) for key, value in means.items()})
+            if trained_on is not None:
+                stats["explained_variance"] = explained_variance(torch.cat([b["values"] for b in trained_on[index]]),
+                                                                 torch.cat([b["returns"] for b in trained_on[index]]))
+            with self.randoms[index]:
+                stats |= algorithm.after_epochs(batch)
+                stats["lr"] = lr
+                results.append(algorithm.end_update(batch, iteration, stats))
+        self.params = stack_parameters(self.policies)  # end_update may have moved them (an outer step)
+        return results
+
+    def run_phase(self, phase, step: PopulationStep, batches: list, active: list[bool], inputs: dict, lr: float,
+                  rollout_size: int):
+        """One phase for every seed: its epochs (the seed's own epoch_batches, or the batch `phase.epochs` times),
+        each cut into the seed's own minibatches (shuffled from the seed's generator, or the whole batch in its
+        order), one program call per minibatch. Returns each statistic's mean over the steps each seed took
+        ([S] tensors) and the batches each seed trained on."""
+        algorithms, first = self.algorithms, self.algorithms[0]
+        width = rollout_size if phase.whole_batch else first.minibatch_rows_at_most(rollout_size)
         epoch_iterators = []
         for algorithm, batch, randoms, on in zip(algorithms, batches, self.randoms, active):
-            with randoms:  # a variant may draw its epochs' batches as it makes them
-                epoch_iterators.append(iter(algorithm.epoch_batches(batch)) if on else None)
-        trained_on = [[] for _ in algorithms]  # each seed's epoch batches (explained variance over them)
+            if not on:
+                epoch_iterators.append(None)
+            elif phase.epochs is None:
+                with randoms:  # a variant may draw its epochs' batches as it makes them
+                    epoch_iterators.append(iter(algorithm.epoch_batches(batch)))
+            else:
+                epoch_iterators.append(iter([batch] * phase.epochs))
+        running = torch.tensor(active)
+        trained_on = [[] for _ in algorithms]
         per_step, stepped = [], []
-        for _epoch in range(first.cfg.update_epochs):
+        while True:
             epoch, training = [], []
             for index, epochs in enumerate(epoch_iterators):
                 drawn = None
@@ -406,49 +479,39 @@ class PopulationBatch:
             if not any(training):
                 break
             counts = [batch["obs"].shape[0] for batch in epoch]
-            splits = [a.num_minibatches(count) if on else 0 for a, count, on in zip(algorithms, counts, training)]
+            splits = [(1 if phase.whole_batch else a.num_minibatches(count)) if on else 0
+                      for a, count, on in zip(algorithms, counts, training)]
             # [seeds, rows] of every loss key, each seed's valid rows first (the rest never read unmasked)
             largest = max(counts)
             stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in epoch]) for key in first.loss_keys}
-            rows, mask = minibatch_rows(counts, splits, width, self.randoms)  # [most minibatches, seeds, width]
+            rows, mask = minibatch_rows(counts, splits, width, self.randoms, shuffled=not phase.whole_batch)
             seed_splits = torch.tensor(splits)
             for m in range(max(splits)):
                 minibatch = {key: gather_rows(value, rows[m]) for key, value in stacked.items()}
                 minibatch[MASK] = mask[m]
                 stepping = running & (m < seed_splits)  # a seed with fewer minibatches this epoch is done
-                self.params, self.moments, stats = self.step(self.params, self.moments, minibatch, lr, stepping,
-                                                             inputs)
+                self.params, self.moments[phase.optimizer], stats = step(
+                    self.params, self.moments[phase.optimizer], minibatch, lr, stepping, inputs)
                 per_step.append(stats)
                 stepped.append(stepping)
-        parameters_to(self.params, self.policies)
-        means = step_means(per_step, torch.stack(stepped, dim=1))
-        from algorithms.ppo import explained_variance, in_log_order
-
-        results = []
-        for index, (algorithm, batch, on) in enumerate(zip(algorithms, batches, active)):
-            if not on:
-                results.append(None)
-                continue
-            stats = in_log_order({key: float(value[index]) for key, value in means.items()})
-            stats["explained_variance"] = explained_variance(torch.cat([b["values"] for b in trained_on[index]]),
-                                                             torch.cat([b["returns"] for b in trained_on[index]]))
-            with self.randoms[index]:
-                stats |= algorithm.after_epochs(batch)
-                stats["lr"] = lr
-                results.append(algorithm.end_update(batch, iteration, stats))
-        self.params = stack_parameters(self.policies)  # end_update may have moved them (an outer step)
-        return results
+        return step_means(per_step, torch.stack(stepped, dim=1)), trained_on
 
     def optimizer_from_seeds(self) -> None:
         """Parameters and Adam state from the seeds' own objects (after they loaded a checkpoint)."""
         self.params = stack_parameters(self.policies)
-        if self.vectorized and self.step.steps_adam:
-            self.moments = adam_state_from([a.optimizer for a in self.algorithms], self.policies)
+        if self.vectorized:
+            for phase, step in zip(self.phases, self.steps):
+                if step.steps_adam:
+                    self.moments[phase.optimizer] = adam_state_from(
+                        [getattr(a, phase.optimizer) for a in self.algorithms], self.policies)
 
     def optimizer_to_seeds(self) -> None:
         """Each seed's optimizer state = its row of the population's (before its checkpoint is written)."""
-        if self.vectorized and self.step.steps_adam:
-            adam_state_to(self.moments, [a.optimizer for a in self.algorithms], self.policies)
+        if self.vectorized:
+            for phase, step in zip(self.phases, self.steps):
+                if step.steps_adam:
+                    adam_state_to(self.moments[phase.optimizer], [getattr(a, phase.optimizer) for a in self.algorithms],
+                                  self.policies)
 
 
 # PPO's methods whose code the vectorized update does not run (it runs the algorithm's loss_terms,
@@ -478,7 +541,7 @@ def undeclared_overrides(cls) -> list[str]:
 
 def population_problems(algorithm) -> list[str]:
     """Why a population cannot run this algorithm object (empty: it can). The vectorized update runs the class's
-    loss terms and steps Adam without weight decay or plain SGD over every policy parameter, so another optimizer,
+    phases (their loss terms) and steps Adam without weight decay or plain SGD, so another optimizer,
     or an override of the update loop the class did not declare with population_update, is refused, never trained
     as PPO; a variant that builds another optimizer, or replaces the update loop, declares "per_seed"."""
     cls = type(algorithm)
@@ -492,15 +555,13 @@ def population_problems(algorithm) -> list[str]:
         return [f"{cls.__name__} overrides {', '.join(overridden)}, which the population's vectorized update does "
                 f"not run; declare population_update = \"per_seed\" in the class (its own update, seed by seed), "
                 f"or \"vectorized\" if the override changes nothing a population must run"]
-    owned = {id(parameter) for group in algorithm.optimizer.param_groups for parameter in group["params"]}
-    if owned != {id(parameter) for parameter in algorithm.policy.parameters()}:
-        return [f"{cls.__name__}'s optimizer steps only some of its policy's parameters: the population's vectorized "
-                f"update steps them all; declare population_update = \"per_seed\" in the class"]
-    if not steps_optimizer(algorithm.optimizer):
-        optimizer = algorithm.optimizer
-        return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay "
-                f"{optimizer.param_groups[0].get('weight_decay')}): the population's vectorized update steps Adam "
-                f"without weight decay or plain SGD only; declare population_update = \"per_seed\" in the class"]
+    for phase in algorithm.update_phases():
+        optimizer = getattr(algorithm, phase.optimizer)
+        if not steps_optimizer(optimizer):
+            return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay "
+                    f"{optimizer.param_groups[0].get('weight_decay')}): the population's vectorized update steps "
+                    f"Adam without weight decay or plain SGD only; declare population_update = \"per_seed\" in the "
+                    f"class"]
     return []
 
 
@@ -528,9 +589,9 @@ def pad_rows(values: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([values, padding])
 
 
-def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: list):
+def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: list, shuffled: bool = True):
     """Each seed's epoch: its own permutation of its valid rows (torch.randperm from its generator, as
-    PPO.run_epochs draws it), cut as torch.tensor_split cuts it into the seed's own number of minibatches (the
+    PPO.run_epochs draws it; its rows in order when not shuffled), cut as torch.tensor_split cuts it into the seed's own number of minibatches (the
     first n mod M one row longer), each minibatch padded to `width` rows. Returns row indices and the mask, both
     [most minibatches, seeds, width] (minibatch m is a contiguous [seeds, width] slab: one shape and stride
     whatever the count); a seed with fewer minibatches has empty ones at the end."""
@@ -540,7 +601,7 @@ def minibatch_rows(counts: list[int], splits: list[int], width: int, randoms: li
     for index, (count, split, seed_randoms) in enumerate(zip(counts, splits, randoms)):
         if split == 0:  # a seed that takes no step this epoch draws nothing
             continue
-        permutation = torch.randperm(count, generator=seed_randoms.torch)
+        permutation = torch.randperm(count, generator=seed_randoms.torch) if shuffled else torch.arange(count)
         for m, piece in enumerate(torch.tensor_split(permutation, split)):
             rows[m, index, :len(piece)] = piece
             mask[m, index, :len(piece)] = 1.0

@@ -3,8 +3,9 @@
 This class implements the trainer's interface (algorithms/interface.py) and is the
 shared algorithm core: Outer-PPO, HP3O and PPO-KL subclass it and override only the
 part where their paper differs. The pieces a variant replaces, from large to small:
-    update(rollout, iteration)      the whole learning step (Outer-PPO)
-    optimize(batch, optimizer)      the epoch loop over one batch (HP3O draws its own batches)
+    begin_update / end_update       what surrounds the epochs (Outer-PPO's outer step, HP3O's buffer)
+    update_phases()                 the loops of gradient steps (Outer-PPO's full-batch inner loop: two)
+    epoch_batches(batch)            the batch each epoch trains on (HP3O draws hybrid batches)
     loss_terms(new, minibatch, stats)  the minibatch loss as named terms, summed in order:
         policy_term                    -clipped surrogate
         value_term                     c_v * value loss
@@ -67,6 +68,19 @@ class Evaluation(NamedTuple):
     advantages: torch.Tensor  # the stored advantages, normalised per minibatch when algo.norm_adv
 
 
+class Phase(NamedTuple):
+    """One loop of gradient steps within an update, declared by name so that the eager update (PPO.run_phase) and a
+    population of seeds (algorithms/population.py) run the same thing. PPO's update is one phase; Outer-PPO's
+    full-batch inner loop is two (the actor's inner steps on the whole batch, then the critic's fit)."""
+    optimizer: str = "optimizer"          # the attribute holding the torch optimizer: its parameters are what move
+    evaluate: str = "evaluate_minibatch"  # method: minibatch -> Evaluation, what the terms read
+    loss: str = "loss_terms"              # method: (Evaluation, minibatch, stats) -> named terms, summed in order
+    epochs: int | None = None             # None: one per batch of epoch_batches (PPO: update_epochs; HP3O: its own)
+    whole_batch: bool = False             # every step on the whole batch, in its order (else shuffled minibatches)
+    max_grad_norm: float | None = None    # the global gradient-norm clip over the optimizer's parameters; None: none
+    logs_loss: bool = True                # train.csv's "loss": the sum of the terms
+
+
 # The methods that make up the minibatch loss: a class overriding any of them changes the loss.
 LOSS_METHODS = ("minibatch_step", "evaluate_minibatch", "loss_terms", "policy_term", "value_term", "entropy_term")
 
@@ -101,10 +115,10 @@ class PPO(Algorithm):
     guarded_stats = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
     loss_keys = LOSS_KEYS  # what the epoch loop shuffles into minibatches; a term that reads more declares it here
     # How a population of seeds (algo.backend=compiled, algorithms/population.py) runs this algorithm's update:
-    # "vectorized": PPO's epochs x minibatches of Adam steps on loss_terms, one compiled program for every seed
-    # (a variant that changes only loss terms, loss_inputs, after_epochs or what surrounds the epochs - begin_update,
-    # end_update - keeps it); "per_seed": the
-    # algorithm's own update, seed by seed (a variant that replaces the update loop or the optimizer says so).
+    # "vectorized": each of update_phases (PPO: epochs x minibatches of Adam steps on loss_terms) as one compiled
+    # program for every seed (a variant that changes only loss terms, loss_inputs, its phases, epoch_batches,
+    # after_epochs or what surrounds the epochs - begin_update, end_update - keeps it); "per_seed": the algorithm's
+    # own update, seed by seed (a variant that replaces the update loop, or steps another optimizer, says so).
     population_update: str = "vectorized"  # or "per_seed"; a variant may set it per instance, from its config
 
     @classmethod
@@ -240,16 +254,17 @@ class PPO(Algorithm):
         PPO's largest piece of a full rollout cut in M; HP3O's minibatch size."""
         return math.ceil(rollout_size / self.num_minibatches(rollout_size))
 
+    def update_phases(self) -> list[Phase]:
+        """The loops of gradient steps an update makes, in order. PPO's: one, epochs x shuffled minibatches of
+        loss_terms, its Adam over actor and critic, the gradient clipped to max_grad_norm."""
+        return [Phase(max_grad_norm=self.cfg.max_grad_norm)]
+
     def run_epochs(self, epoch_batches: Iterable[Batch], optimizer: torch.optim.Optimizer) -> dict[str, float]:
         """The epoch x shuffled-minibatch loop every algorithm shares: one batch per epoch from `epoch_batches`."""
         tracker = StatsTracker()
         values, returns = [], []
         for batch in epoch_batches:
-            num_samples = batch["obs"].shape[0]
-            # One gather per epoch; minibatches are then contiguous views of the shuffled batch.
-            permutation = torch.randperm(num_samples)
-            shuffled = {key: batch[key][permutation] for key in self.loss_keys}
-            for minibatch in split_minibatches(shuffled, self.num_minibatches(num_samples)):
+            for minibatch in self.epoch_minibatches(batch, PPO.update_phases(self)[0]):
                 tracker.add(self.minibatch_step(minibatch, optimizer))
             values.append(batch["values"])
             returns.append(batch["returns"])
@@ -259,18 +274,46 @@ class PPO(Algorithm):
         stats["explained_variance"] = explained_variance(torch.cat(values), torch.cat(returns))
         return stats
 
+    def run_phase(self, phase: Phase, batch: Batch) -> dict[str, float]:
+        """A declared phase of gradient steps on one batch, eagerly; returns its statistics' means."""
+        optimizer = getattr(self, phase.optimizer)
+        epochs = self.epoch_batches(batch) if phase.epochs is None else (batch for _epoch in range(phase.epochs))
+        tracker = StatsTracker()
+        for epoch_batch in epochs:
+            for minibatch in self.epoch_minibatches(epoch_batch, phase):
+                tracker.add(self.phase_step(phase, minibatch, optimizer))
+        optimizer.zero_grad(set_to_none=True)
+        return tracker.means()
+
+    def epoch_minibatches(self, batch: Batch, phase: Phase) -> list[Batch]:
+        """One epoch's minibatches: the whole batch in its order, or a shuffle cut in num_minibatches pieces."""
+        if phase.whole_batch:
+            return [{key: batch[key] for key in self.loss_keys}]
+        num_samples = batch["obs"].shape[0]
+        # One gather per epoch; minibatches are then contiguous views of the shuffled batch.
+        permutation = torch.randperm(num_samples)
+        shuffled = {key: batch[key][permutation] for key in self.loss_keys}
+        return split_minibatches(shuffled, self.num_minibatches(num_samples))
+
     def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
         """One gradient step on the sum of loss_terms, the actor's and critic's gradient clipped together."""
         if self.numpy_policy is not None:
             return self.numpy_minibatch_step(minibatch, optimizer)
+        return self.phase_step(PPO.update_phases(self)[0], minibatch, optimizer)
+
+    def phase_step(self, phase: Phase, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+        """One gradient step of a phase: its evaluation, its terms summed, backward, the clip, the optimizer's step."""
         stats: dict[str, torch.Tensor] = {}
-        terms = self.loss_terms(self.evaluate_minibatch(minibatch), minibatch, stats)
+        terms = getattr(self, phase.loss)(getattr(self, phase.evaluate)(minibatch), minibatch, stats)
         loss = sum_terms(terms)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)  # PPO detail #11
+        if phase.max_grad_norm is not None:  # PPO detail #11: one norm over every parameter the optimizer steps
+            stepped = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(stepped, phase.max_grad_norm).detach()
         optimizer.step()
-        stats.update(loss=loss.detach(), grad_norm=grad_norm.detach())
+        if phase.logs_loss:
+            stats["loss"] = loss.detach()
         return in_log_order(stats)
 
     def evaluate_minibatch(self, minibatch: Batch) -> Evaluation:

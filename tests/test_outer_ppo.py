@@ -496,14 +496,15 @@ def test_sigma_eff_rescales_the_adamw_step_to_sigma_times_g(sigma_eff):
                             f"algo.outer_optimizer.sigma_eff={sigma_eff}", "algo.outer_optimizer.weight_decay=0.01",
                             obs_dim=4)
     assert algorithm.full_batch
-    captured, inner_loop = {}, algorithm.full_batch_inner_loop
+    captured, run_phase = {}, algorithm.run_phase
 
-    def inner_loop_and_capture(batch, optimizer):  # theta*_k of the actor, where the full-batch inner loop ends
-        stats = inner_loop(batch, optimizer)
-        captured["actor_star"] = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
+    def run_phase_and_capture(phase, batch):  # theta*_k of the actor, where the full-batch inner steps end
+        stats = run_phase(phase, batch)
+        if phase.loss == "inner_loss_terms":
+            captured["actor_star"] = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
         return stats
 
-    algorithm.full_batch_inner_loop = inner_loop_and_capture
+    algorithm.run_phase = run_phase_and_capture
     theta_k = [p.detach().clone() for p in algorithm.policy.actor_parameters()]
     stats = algorithm.update(synthetic_rollout(algorithm, obs_dim=4), iteration=1)
     outer = algorithm.cfg.outer_optimizer

@@ -64,8 +64,8 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
-                                  "hp3o_plus", "ppo with plain SGD"])
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased",
+                                  "hp3o", "hp3o_plus", "ppo with plain SGD"])
 def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     """The vectorized update (padded, masked minibatches; Adam and the norm clip as tensor ops; Outer-PPO's outer
     step around the epochs, by its own begin_update/end_update) against the algorithm's own eager update
@@ -84,11 +84,14 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     member = copy.deepcopy(alone)
     member.optimizer = member.build_optimizer()
     if kind == "outer_ppo":
-        member.outer_params = (member.policy.actor_parameters() if member.cfg.apply_to == "actor"
+        member.outer_params = (member.policy.actor_parameters() if member.cfg.apply_to == "actor" or member.full_batch
                                else list(member.policy.parameters()))
         from algorithms.outer_ppo import optimizer_from_config
 
         member.outer_optimizer = optimizer_from_config(member.outer_params, member.cfg.outer_optimizer)
+        if member.full_batch:  # the named preset: inner SGD on the actor, then the critic's own Adam
+            member.critic_optimizer = type(alone.critic_optimizer)(member.policy.critic.parameters(),
+                                                                   **alone.critic_optimizer.defaults)
     assert member.population_update == "vectorized"
     rollouts = [synthetic_rollout(alone, 17, num_steps=200, num_envs=2, seed=seed) for seed in (1, 2, 3)]
     for rollout in rollouts:
@@ -145,7 +148,7 @@ def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypa
 
     monkeypatch.setattr(PopulationBatch, "__init__", record)
     train_batch(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]), [tmp_path / f"again{s}" for s in (0, 1)])
-    assert built[0].vectorized and built[0].step.mode == "compiled"  # the fast path, with no code of its own
+    assert built[0].vectorized and built[0].steps[0].mode == "compiled"  # the fast path, with no code of its own
 
 
 class PPOWithSGD(PPO):

@@ -72,7 +72,7 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         population = PopulationBatch(algorithms, [RandomState() for _ in algorithms])
         state = {"params": stack_parameters([a.policy for a in algorithms]),
                  "adam": adam_state_from([a.optimizer for a in algorithms], [a.policy for a in algorithms])}
-        step_program: PopulationStep = population.step
+        step_program: PopulationStep = population.steps[0]
         batch, active = minibatch(env, size), torch.ones(size, dtype=torch.bool)
 
         def step():
