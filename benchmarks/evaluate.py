@@ -2,6 +2,10 @@
 
     python -m benchmarks.evaluate runs/HalfCheetah/ppo/seed0/checkpoint.pt --episodes 10 --seed 123
 
+A token task's run evaluated by sampling (env.evaluation.kind=sampled, docs/rlhf.md) is evaluated as its
+training evaluated it: responses sampled at its temperature to --episodes prompts drawn from --seed, with
+the reward model's and the judge's score and the KL to the reference beside the return.
+
 The checkpoint holds the resolved config, the networks, the optimizer(s) and
 the normalisation statistics; it is loaded with torch.load(weights_only=True),
 which executes no pickled code.
@@ -48,11 +52,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     algorithm, obs_normalizer, cfg = load_agent(args.checkpoint)
-    evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
+    sampled = cfg.env.get("evaluation", {}).get("kind") == "sampled"
+    if sampled:
+        from benchmarks.rlhf.evaluation import SampledEvaluator
+
+        evaluator = SampledEvaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
+    else:
+        evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
     returns = evaluator(algorithm, obs_normalizer)
     evaluator.close()
-    print(f"{cfg.algo.name} on {cfg.env.id}: deterministic return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
-          f"over {args.episodes} episodes")
+    kind, unit = ("sampled", "prompts") if sampled else ("deterministic", "episodes")
+    others = "".join(f", {column.removeprefix('eval_').removesuffix('_mean')} {value:.2f}"
+                     for column, value in evaluator.columns.items())
+    print(f"{cfg.algo.name} on {cfg.env.id}: {kind} return {np.mean(returns):.2f} +- {np.std(returns):.2f} "
+          f"over {args.episodes} {unit}{others}")
 
 
 if __name__ == "__main__":

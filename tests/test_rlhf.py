@@ -314,13 +314,20 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
     # `python -m benchmarks.evaluate` rebuilds the language-model policy from the checkpoint
     from benchmarks.evaluate import main as evaluate_main
 
+    # with the run's own evaluation: responses sampled to --episodes prompts from --seed
+    from benchmarks.engine.trainer import read_checkpoint
+    from benchmarks.rlhf.evaluation import SampledEvaluation
+
     capsys.readouterr()
-    evaluate_main([str(tmp_path / "checkpoint.pt"), "--episodes", "4"])
+    evaluate_main([str(tmp_path / "checkpoint.pt"), "--episodes", "64", "--seed", "5"])
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith("outer_ppo on benchmarks.rlhf.env:RLHF/Arithmetic-v0: deterministic return ")
-    assert line.endswith(" over 4 episodes")
-    mean = float(line.split("deterministic return ")[1].split(" +- ")[0])
-    assert 0.0 <= mean <= 1.0  # the judge pays 1 for the exact sum, else 0
+    policy = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic"))
+    policy.load_state_dict(read_checkpoint(tmp_path / "checkpoint.pt")["algorithm"]["policy"])
+    scored = SampledEvaluation("arithmetic", 64, seed=5, reward="judge").responses(policy.actor)
+    assert line == (f"outer_ppo on benchmarks.rlhf.env:RLHF/Arithmetic-v0: sampled return {scored['reward'].mean():.2f} "
+                    f"+- {scored['reward'].std():.2f} over 64 prompts, reward_model {scored['reward_model'].mean():.2f}, "
+                    f"judge {scored['judge'].mean():.2f}, kl_to_reference {scored['kl_to_reference'].mean():.2f}, "
+                    f"length {scored['length'].mean():.2f}")
 
 
 # -- the budget counts generated tokens ---------------------------------------------------------
