@@ -1,4 +1,4 @@
-"""Many seeds of one configuration trained in lockstep in one process (`seeds=[0,1,...]`, docs/guide.md "Many seeds").
+"""Many seeds of one configuration trained in lockstep in one process (`seeds=[0,1,...]`, docs/scaling.md).
 
 What is batched, and why: a seed's step costs little arithmetic (64x64 networks) and much
 per-call overhead, so N seeds sharing one call per operation cost far less than N

@@ -5,7 +5,7 @@ are tiny (64x64 MLPs), so at a batch of 1 (acting) or 64 (a minibatch) the
 time goes to per-operation overhead, not arithmetic: torch's dispatch and
 autograd bookkeeping cost more per call than numpy's. On HalfCheetah the
 minibatch loss and gradient take 1.6 s of a 40960-step run here against 8.7 s
-with torch autograd (`python -m benchmarks.speed.profile`, docs/guide.md "Performance").
+with torch autograd (`python -m benchmarks.speed.profile`, docs/performance.md).
 
 What stays the same:
 - the math: every term of ActorCritic.act/evaluate and PPO.minibatch_step

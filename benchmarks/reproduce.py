@@ -106,7 +106,7 @@ def stored_config(run_dir: Path):
 
 class Reruns:
     """Each stored run trained again under `root`, from its own config with `overrides`. A seed of a batch
-    (summary "batched", docs/guide.md "Many seeds") is retrained in its batch: the seeds that trained together in
+    (summary "batched", docs/scaling.md) is retrained in its batch: the seeds that trained together in
     one process, in their order, once for all of them (a seed's float rounding depends on the batch it
     shares arrays with)."""
 

@@ -1,6 +1,6 @@
 """Tuning with equal budgets: Optuna studies over the presets, their objective, and writing the results back.
 
-Protocol (docs/guide.md "Tuning"), per task family:
+Protocol (docs/tuning.md), per task family:
   stage 1  tune PPO's core hyperparameters (env.hparams: every preset reads them);
   apply    write the best values into the study's values file (conf/tuning/<round>.yaml: hparams);
   stage 2  tune each variant's own hyperparameters (env.tuned.<preset>) on top of it;
