@@ -1,5 +1,5 @@
 """The documentation site builds with MkDocs in strict mode (a broken link or a page left out of the navigation
-fails), and the citation file is valid CFF."""
+fails), the citation file is valid CFF, and every command of the README runs as written."""
 
 from __future__ import annotations
 
@@ -27,3 +27,63 @@ def test_the_licence_and_citation_are_there():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT"
     assert {"title", "authors", "message", "version"} <= set(citation)
+
+
+def readme_commands() -> list[str]:
+    """Every command of README.md's bash blocks, one per `&&` part, comments and quotes dropped."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                commands += [" ".join(shlex.split(part)) for part in line.split("&&")]
+    return commands
+
+
+def run_overrides(command: str) -> list[str]:
+    """The config overrides of a `python run.py` command as one of its jobs composes them: the first value of a
+    sweep's list, Hydra's own launcher settings left to Hydra."""
+    import re
+
+    overrides = []
+    for word in command.split()[2:]:
+        if word == "-m" or word.startswith("hydra"):
+            continue
+        key, value = word.split("=", 1)
+        overrides.append(f"{key}={value if value.startswith('[') else re.split(r',', value)[0]}")
+    return overrides
+
+
+def test_every_command_of_the_readme_runs_as_written():
+    """run.py commands compose and pass the config's validation (what a run does before training); `python -m`
+    tools parse their arguments (--help exits 0); pip installs name extras that exist."""
+    import tomllib
+
+    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.validate import validate_config
+
+    commands = readme_commands()
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    checked = {"run.py": 0, "-m": 0, "pip": 0}
+    for command in commands:
+        words = command.split()
+        if words[:2] == ["python", "run.py"]:
+            validate_config(compose_config(run_overrides(command)))
+            checked["run.py"] += 1
+        elif words[:2] == ["python", "-m"]:
+            result = subprocess.run([sys.executable, "-m", words[2], "--help"], cwd=ROOT, capture_output=True,
+                                    text=True, timeout=120)
+            assert result.returncode == 0, (command, result.stderr[-1000:])
+            checked["-m"] += 1
+        elif words[:2] == ["pip", "install"]:
+            for spec in words[2:]:
+                if spec.startswith(".["):
+                    assert set(spec[2:-1].split(",")) <= extras, command
+            checked["pip"] += 1
+        else:
+            raise AssertionError(f"a README command this test does not know how to check: {command}")
+    assert checked["run.py"] >= 5 and checked["-m"] >= 5 and checked["pip"] >= 4, checked
