@@ -63,6 +63,18 @@ def test_a_variable_the_user_set_is_kept():
     assert kernels_in_child("portable", ATEN_CPU_CAPABILITY="default")["torch"] == "DEFAULT"
 
 
+@pytest.mark.parametrize("mode", ["portable", "native"])
+def test_numpys_blas_runs_on_one_thread_unless_the_user_says_otherwise(mode):
+    probe = "import benchmarks.numerics as n; print(n.openblas_threads())"
+    environment = {key: value for key, value in numerics.environment_for(mode).items() if key != "OPENBLAS_NUM_THREADS"}
+    import os
+
+    for given, expected in ((None, "1"), ("2", str(min(2, os.cpu_count())))):  # OpenBLAS: at most one per core
+        child = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                               env=environment if given is None else {**environment, "OPENBLAS_NUM_THREADS": given})
+        assert child.stdout.strip() == expected
+
+
 def test_an_unknown_mode_is_one_line_and_exit_2():
     child = subprocess.run([sys.executable, "run.py", "env=CartPole", "total_steps=512"], cwd=ROOT,
                            env={**numerics.environment_for("native"), numerics.MODE_VARIABLE: "fast"},
