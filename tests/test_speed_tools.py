@@ -34,9 +34,22 @@ def test_variant_cost_names_how_each_preset_updates_and_refuses_an_unknown_prese
 
     from benchmarks.speed import variant_cost
 
+    # outer_ppo: its full-batch inner loop and critic fit, two phases of one program each
     assert [variant_cost.update_kind("CartPole", algo) for algo in ("ppo", "outer_ppo_lr", "hp3o", "outer_ppo")] == [
-        "vectorized", "vectorized", "vectorized", "per_seed"]  # outer_ppo: the full-batch inner loop, seed by seed
-    with pytest.raises(SystemExit) as stop:
-        variant_cost.main(["--algos", "nosuch"])
-    assert stop.value.code == 2
-    assert capsys.readouterr().err.strip().endswith("error: --algos nosuch: no conf/algo/nosuch.yaml")
+        "vectorized", "vectorized", "vectorized", "vectorized"]
+    from benchmarks.speed import engine_targets
+
+    for tool in (variant_cost, engine_targets):
+        with pytest.raises(SystemExit) as stop:
+            tool.main(["--algos", "nosuch"])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.strip().endswith("error: --algos nosuch: no conf/algo/nosuch.yaml")
+
+
+def test_engine_targets_says_met_by_the_targets_sense():
+    from benchmarks.speed.engine_targets import row
+
+    assert row("8 seeds", "CartPole", "recipe", "x", 4.0)["met"] == "yes"
+    assert row("8 seeds", "CartPole", "recipe", "x", 3.99)["met"] == "no"
+    assert row("variant cost", "CartPole", "recipe", "x", 1.21)["met"] == "no"
+    assert row("update/seed", "CartPole", "recipe", "x", 0.3)["met"] == "yes"

@@ -35,6 +35,12 @@ def update_kind(env: str, algo: str) -> str:
     return algorithm.population_update
 
 
+def refuse_unknown_presets(parser: argparse.ArgumentParser, algos: list[str]) -> None:
+    for algo in algos:
+        if not (PROJECT_ROOT / "conf" / "algo" / f"{algo}.yaml").is_file():
+            parser.error(f"--algos {algo}: no conf/algo/{algo}.yaml")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,9 +49,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
     args, started, load_before = parse_timing_args(parser, argv)
-    for algo in args.algos:
-        if not (PROJECT_ROOT / "conf" / "algo" / f"{algo}.yaml").is_file():
-            parser.error(f"--algos {algo}: no conf/algo/{algo}.yaml")
+    refuse_unknown_presets(parser, args.algos)
 
     algos = ["ppo"] + [algo for algo in args.algos if algo != "ppo"]
     rows = []
