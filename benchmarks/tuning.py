@@ -485,8 +485,11 @@ def study_rows(tune: str) -> list[dict]:
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         defaults = [t for t in complete if t.user_attrs.get("defaults")]
         best = max(complete, key=lambda t: t.value) if complete else None
+        pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
         rows.append({
-            "preset": summary.study_name, "trials": len(trials), "failed": len(trials) - len(complete),
+            "preset": summary.study_name, "trials": len(trials), "pruned": len(pruned),
+            "failed": len(trials) - len(complete) - len(pruned),
+            "env_steps": sum(int(t.user_attrs.get("env_steps", 0)) for t in trials),
             "default_auc": defaults[0].value if defaults else math.nan,
             "best_auc": best.value if best else math.nan, "best_trial": best.number if best else None,
             "best_params": best.params if best else {}, "study": study,
@@ -506,11 +509,16 @@ def report(tune: str, out: Path) -> None:
              f"Objective: normalised area under the evaluation curve, mean over tuning tasks "
              f"{base.get('tasks')} x tuning seeds {base.get('seeds')}, {base.get('total_steps')} env steps per run. "
              f"Trial 0 of every study is the preset's values before tuning ('default').", "",
-             "| preset | trials (failed) | default | best | best trial | best values |", "|---|---|---|---|---|---|"]
+             "| preset | trials (pruned, failed) | env steps | default | best | best trial | best values |",
+             "|---|---|---|---|---|---|---|"]
     for row in rows:
         params = ", ".join(f"{k.split('.')[-1]}={yaml_scalar(v)}" for k, v in row["best_params"].items())
-        lines.append(f"| {row['preset']} | {row['trials']} ({row['failed']}) | {row['default_auc']:.4f} | "
-                     f"{row['best_auc']:.4f} | {row['best_trial']} | {params} |")
+        spent = f"{row['env_steps']:,}" if row["env_steps"] else "-"  # (studies before it was recorded: -)
+        lines.append(f"| {row['preset']} | {row['trials']} ({row['pruned']}, {row['failed']}) | {spent} | "
+                     f"{row['default_auc']:.4f} | {row['best_auc']:.4f} | {row['best_trial']} | {params} |")
+    for row in rows:
+        if row["pruned"]:
+            lines += ["", *trial_lines(row["study"])]
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{tune}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -522,6 +530,24 @@ def report(tune: str, out: Path) -> None:
         space = row["study"].user_attrs.get("base", {}).get("search_space", {})
         if complete and space:
             sensitivity_figure(tune, row, complete, space, out)
+
+
+def trial_lines(study) -> list[str]:
+    """Every finished trial of a pruned study: how far it trained and its objective there (a pruned trial's at the
+    last rung it reached), with its values: what the search saw, not only where it ended."""
+    trials = [t for t in study.trials if t.state.is_finished()]
+    total = study.user_attrs.get("base", {}).get("total_steps", 0)  # what a trial that was never pruned trained
+    keys = list(dict.fromkeys(key for t in trials for key in t.params))
+    lines = [f"{study.study_name}: every finished trial (objective at the last env step it was judged at)", "",
+             "| trial | state | env steps | objective | " + " | ".join(key.split(".")[-1] for key in keys) + " |",
+             "|---" * (4 + len(keys)) + "|"]
+    for t in trials:
+        judged_early = t.state.name != "COMPLETE" and t.intermediate_values
+        step, value = max(t.intermediate_values.items()) if judged_early else (total, t.value)
+        objective = "-" if value is None else f"{value:.4f}"
+        values = " | ".join(yaml_scalar(t.params[key]) if key in t.params else "-" for key in keys)
+        lines.append(f"| {t.number} | {t.state.name.lower()} | {step:,} | {objective} | {values} |")
+    return lines
 
 
 def sensitivity_figure(tune: str, row: dict, complete: list, space: dict, out: Path) -> None:

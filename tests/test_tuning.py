@@ -207,3 +207,21 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
     before_last = spent - sum(t.user_attrs["env_steps"] for t in study.trials[-3:])
     assert before_last < 12000 <= spent
     assert f"{spent:,} env steps" in result.stdout
+
+
+def test_a_pruned_studys_report_lists_every_trial_with_the_rung_it_reached():
+    import optuna
+
+    from benchmarks.tuning import trial_lines
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("base", {"total_steps": 9000})
+    distributions = {"algo.sigma": optuna.distributions.FloatDistribution(0.1, 3.0, log=True)}
+    study.add_trial(optuna.trial.create_trial(params={"algo.sigma": 0.5}, distributions=distributions, value=0.3,
+                                              intermediate_values={1000: 0.1, 3000: 0.2}))
+    study.add_trial(optuna.trial.create_trial(params={"algo.sigma": 2.0}, distributions=distributions, value=0.05,
+                                              state=optuna.trial.TrialState.PRUNED,
+                                              intermediate_values={1000: 0.01, 3000: 0.05}))
+    lines = trial_lines(study)
+    assert lines[2] == "| trial | state | env steps | objective | sigma |"
+    assert lines[4:] == ["| 0 | complete | 9,000 | 0.3000 | 0.5 |", "| 1 | pruned | 3,000 | 0.0500 | 2.0 |"]
