@@ -286,11 +286,20 @@ def budget_text(runs: list[dict]) -> str:
     """The runs' budget as configured (total_steps; the trained steps are whole iterations of it), in its unit:
     env steps, or generated tokens on token tasks."""
     total = max(run["config"]["total_steps"] for run in runs)
-    return f"{total:,} tokens" if is_token_task(runs) else f"{_format_steps(total, None)} steps"
+    if is_token_task(runs):
+        return f"{total:,} tokens" if steps_are_tokens(runs) else f"{total:,} env steps"
+    return f"{_format_steps(total, None)} steps"
 
 
 def is_token_task(runs: list[dict]) -> bool:
     return all(run.get("config", {}).get("env", {}).get("family") == "rlhf" for run in runs)
+
+
+def steps_are_tokens(runs: list[dict]) -> bool:
+    """Whether a token task's env steps are its generated tokens: with autoreset same_step every step writes a
+    token; runs made with next_step (the key's value where their config lacks it) spent a no-op step per
+    finished response."""
+    return all((run["config"]["env"].get("kwargs") or {}).get("autoreset", "next_step") == "same_step" for run in runs)
 
 
 # A token task's judge, where its score has a name of its own (RLHFArithmetic's judge pays 1 for the exact sum).
@@ -309,7 +318,8 @@ def axis_names(runs: list[dict]) -> tuple[str, str]:
         metric = JUDGE_METRIC.get(env["name"], "judge's score")
     else:
         metric = "reward model's score"
-    return "generated tokens", f"{metric} of {decoding} responses"
+    steps = "generated tokens" if steps_are_tokens(runs) else "env steps (generated tokens, a no-op step per response)"
+    return steps, f"{metric} of {decoding} responses"
 
 
 def env_title(runs: list[dict]) -> str:

@@ -270,7 +270,7 @@ def test_token_task_curves_are_drawn_in_generated_tokens_and_their_own_metric(mo
 
     def runs_of(task, reward):
         env = {"id": f"benchmarks.rlhf.env:RLHF/{task}-v0", "name": f"RLHF{task}", "family": "rlhf",
-               "kwargs": {"reward": reward}}
+               "kwargs": {"reward": reward, "autoreset": "same_step"}}
         return [{**fake_run(f"RLHF{task}", algo, seed, [0, 8192], [0.3, 0.9]),
                  "config": {"env": env, "total_steps": 65536}} for algo in ("ppo", "hp3o") for seed in range(2)]
 
@@ -285,6 +285,14 @@ def test_token_task_curves_are_drawn_in_generated_tokens_and_their_own_metric(mo
     drawn.clear()
     report.plot_versus_ppo(runs_of("Arithmetic", "judge"), "rlhf", tmp_path)
     assert drawn[0].axes[0].get_xlabel() == "generated tokens"
+    # runs made with a no-op step per finished response (no autoreset key): their steps are not all tokens
+    older = runs_of("Arithmetic", "judge")
+    for run in older:
+        run["config"]["env"]["kwargs"] = {"reward": "judge"}
+    drawn.clear()
+    report.plot_suite(older, "rlhf", tmp_path)
+    assert drawn[0].axes[0].get_xlabel() == "env steps (generated tokens, a no-op step per response)"
+    assert "65,536 env steps" in drawn[0].axes[0].get_title()
 
 
 def test_long_titles_are_wrapped_to_their_figure_and_saved_unclipped(tmp_path):
