@@ -198,8 +198,9 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
 
 
 @pytest.mark.slow
-def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(tmp_path):
-    overrides = ["env=CartPole", "env_family/values@env=shipped", "algo=ppo_kl", "algo.backend=compiled",
+@pytest.mark.parametrize("algo", ["ppo_kl", "outer_ppo"])  # outer_ppo: two phases, the critic's own Adam state
+def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, tmp_path):
+    overrides = ["env=CartPole", "env_family/values@env=shipped", f"algo={algo}", "algo.backend=compiled",
                  "seeds=[0,1]", "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2",
                  "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
     reference = launch(overrides, tmp_path / "reference" / "job")  # the same command, uninterrupted
