@@ -426,16 +426,31 @@ def study_provenance(config: dict) -> tuple[str, tuple] | None:
     round's study if every best value of it and of that round's PPO study is the value at the same
     key of its config (env.hparams.* for PPO's core, env.tuned.<preset>.* else).
     """
+    found = used_study(config)
+    return None if found is None else (budget_text(found[1]), tuple(found[1].user_attrs["base"]["tasks"]))
+
+
+def used_study(config: dict) -> tuple[Path, Any] | None:
+    """(database, optuna study) of the preset's study whose best values this run config used (study_provenance's
+    rule); None if untuned. The study's best_trial.params names the keys it tuned."""
     family = {"classic_continuous": "classic"}.get(config["env"]["family"], config["env"]["family"])
     for database in sorted((PROJECT_ROOT / "results" / "tuning").glob(f"{family}*.db")):
-        found = round_provenance(database, config)
-        if found:
-            return found
+        study = round_study(database, config)
+        if study is not None:
+            return database, study
     return None
 
 
-def round_provenance(database: Path, config: dict) -> tuple[str, tuple] | None:
-    """study_provenance for the studies of one database (one tuning round)."""
+def budget_text(study) -> str:
+    """A study's tuning budget: trials x tasks x seeds x env steps per trial."""
+    base = study.user_attrs["base"]
+    trials = sum(t.state.is_finished() for t in study.trials)
+    return (f"{trials} trials x {len(base['tasks'])} tasks x {len(base['seeds'])} seed x "
+            f"{base['total_steps'] // 1000}k steps")
+
+
+def round_study(database: Path, config: dict):
+    """used_study for the studies of one database (one tuning round): the preset's study, or None."""
     preset = config["algo"]["name"]
     cached = _studies_cache.get(database)
     if cached is None:
@@ -459,11 +474,7 @@ def round_provenance(database: Path, config: dict) -> tuple[str, tuple] | None:
     studies = [cached[name] for name in ("ppo", preset) if name in cached]
     if preset not in cached or not all(used_best(study) for study in studies):
         return None
-    base = cached[preset].user_attrs["base"]
-    trials = sum(t.state.is_finished() for t in cached[preset].trials)
-    text = (f"{trials} trials x {len(base['tasks'])} tasks x {len(base['seeds'])} seed x "
-            f"{base['total_steps'] // 1000}k steps")
-    return text, tuple(base["tasks"])
+    return cached[preset]
 
 
 _studies_cache: dict = {}

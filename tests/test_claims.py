@@ -1,9 +1,12 @@
 """The claims table: probability of improvement over PPO per task group, from stored runs."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from benchmarks.claims import claims_table, measure
+from benchmarks.claims import GROUP_FAMILIES, claims_table, measure, paper_verdict, verdict
+from benchmarks.statistics import detectable_improvement, detectable_std_ratio, seed_std_ratio
 
 
 FAMILIES = {"Pendulum": "classic_continuous", "CartPole": "classic", "RLHFPraise": "rlhf"}  # others: mujoco
@@ -23,24 +26,94 @@ def fake_run(env: str, algo: str, seed: int, final: float, family: str | None = 
 def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     runs = [fake_run(env, "ppo", s, 100.0 + s) for env in ("Hopper", "Walker2d") for s in range(3)]
     runs += [fake_run(env, "hp3o", s, 200.0 + s) for env in ("Hopper", "Walker2d") for s in range(3)]
-    row = measure(runs, "hp3o", "continuous", "final")
+    row = measure(runs, "hp3o", "mujoco", "final")
     assert row["value"] == 1.0 and row["seeds"] == 3 and row["tasks"] == "Hopper, Walker2d"
-    assert row["tuning"] == "hp3o: untuned; ppo: untuned"
-    assert measure(runs, "ppo", "continuous", "final")["value"] == 0.5  # ties count half
+    assert row["tuning"] == "hp3o: untuned; ppo: untuned" and (row["study"], row["ppo_study"]) == ("untuned",) * 2
+    assert measure(runs, "ppo", "mujoco", "final")["value"] == 0.5  # ties count half
     assert measure(runs, "hp3o", "discrete", "final") is None  # no discrete task ran
     two_seeds = [r for r in runs if not (r["env"] == "Walker2d" and r["algo"] == "hp3o" and r["seed"] == 2)]
-    assert measure(two_seeds, "hp3o", "continuous", "final")["tasks"] == "Hopper"  # Walker2d: too few seeds
+    assert measure(two_seeds, "hp3o", "mujoco", "final")["tasks"] == "Hopper"  # Walker2d: too few seeds
 
 
 def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
     runs = [fake_run("Hopper", "ppo", s, v) for s, v in enumerate([0.0, 10.0, 20.0])]
     runs += [fake_run("Hopper", "hp3o", s, v) for s, v in enumerate([0.0, 5.0, 10.0])]
-    runs += [fake_run("Pendulum", "ppo", s, v) for s, v in enumerate([0.0, 1.0, 2.0])]
-    runs += [fake_run("Pendulum", "hp3o", s, v) for s, v in enumerate([0.0, 2.0, 4.0])]
-    row = measure(runs, "hp3o", "continuous", "std")
-    assert np.isclose(row["value"], 1.0)  # sqrt(0.5 * 2)
+    runs += [fake_run("Walker2d", "ppo", s, v) for s, v in enumerate([0.0, 1.0, 2.0])]
+    runs += [fake_run("Walker2d", "hp3o", s, v) for s, v in enumerate([0.0, 2.0, 4.0])]
+    row = measure(runs, "hp3o", "mujoco", "std")
+    assert np.isclose(row["value"], 1.0) and row["per_task"] == "0.50, 2.00"  # sqrt(0.5 * 2)
+    assert row["ci_low"] < 1 < row["ci_high"] and row["detectable"] == detectable_std_ratio(3, 2)
     table = claims_table(runs)
     assert set(table["preset"]) == {"hp3o"} and (table["seeds"] == 3).all()
+
+
+def test_the_variance_ratio_interval_resamples_seeds_within_each_task():
+    """Known spreads: the candidate's seeds are PPO's halved about their mean, on 2 tasks of 40 seeds each, so every
+    per-task ratio is exactly 0.5 and the interval, resampling each side's seeds within each task, lies below 1 around
+    0.5; alike spreads give an interval across 1; a task where neither side spreads counts as equal (ratio 1)."""
+    rng = np.random.default_rng(1)
+    ppo = rng.normal(100.0, 10.0, size=(40, 2))
+    half = ppo.mean(axis=0) + (ppo - ppo.mean(axis=0)) / 2
+    point, low, high, per_task = seed_std_ratio(half, ppo)
+    assert np.allclose(per_task, 0.5) and np.isclose(point, 0.5)
+    # normal theory: log ratio sd sqrt(1/(n-1)/T) = 0.113 with both sides drawn, so 0.5 x e^(+-0.222) = [0.40, 0.62]
+    assert 0.36 < low < 0.42 and 0.60 < high < 0.70, (low, high)
+    assert seed_std_ratio(half, ppo)[:3] == (point, low, high)  # reproducible: a fixed random state
+    point, low, high, _ = seed_std_ratio(ppo[:, ::-1], ppo)
+    assert low < 1 < high
+    flat = np.full((5, 1), 500.0)
+    assert seed_std_ratio(flat, flat)[:3] == (1.0, 1.0, 1.0)
+    # in the table, a task saturated on both sides (every seed 500) has no spread to compare and leaves the row
+    runs = [fake_run("CartPole", algo, s, 500.0) for algo in ("ppo", "hp3o") for s in range(3)]
+    runs += [fake_run("Acrobot", algo, s, -100.0 - s * (2 if algo == "hp3o" else 1), family="classic")
+             for algo in ("ppo", "hp3o") for s in range(3)]
+    assert measure(runs, "hp3o", "discrete", "std")["tasks"] == "Acrobot"
+
+
+def test_families_are_never_pooled_in_one_row():
+    """MuJoCo tasks and Pendulum (classic control, continuous) are both continuous control, yet each family is a
+    row of its own: every group is one family."""
+    assert all(len(families) == 1 for families in GROUP_FAMILIES.values())
+    runs = [fake_run(env, algo, s, (2.0 if algo == "hp3o" else 1.0) + s) for env in ("Hopper", "Walker2d", "Pendulum")
+            for algo in ("ppo", "hp3o") for s in range(3)]
+    table = claims_table(runs)
+    assert set(table["group"]) == {"mujoco", "classic_continuous"}
+    assert set(table.loc[table["group"] == "mujoco", "tasks"]) == {"Hopper, Walker2d"}
+    assert set(table.loc[table["group"] == "classic_continuous", "tasks"]) == {"Pendulum"}
+
+
+def test_the_verdict_against_the_paper_follows_the_interval_and_what_the_paper_reports():
+    above, spans, below = ({"ci_low": low, "ci_high": high} for low, high in ((0.6, 0.9), (0.3, 0.7), (0.1, 0.4)))
+    assert [paper_verdict("gain", row, "final") for row in (above, spans, below)] == [
+        "consistent", "not reproduced", "contradicted"]
+    assert [paper_verdict("no gain", row, "auc") for row in (above, spans, below)] == [
+        "contradicted", "consistent", "consistent"]  # a loss is no gain either
+    assert [verdict(row, "final") for row in (above, spans, below)] == [
+        "better (CI above 0.5)", "no difference established (CI spans 0.5)", "worse (CI below 0.5)"]
+    lower, across, higher = ({"ci_low": low, "ci_high": high} for low, high in ((0.2, 0.9), (0.7, 1.3), (1.1, 3.0)))
+    assert [paper_verdict("lower spread", row, "std") for row in (lower, across, higher)] == [
+        "consistent", "not reproduced", "contradicted"]
+    assert verdict(lower, "std") == "lower variance (CI below 1)" and verdict(higher, "std").startswith("higher")
+    assert paper_verdict(None, above, "final") == "not a paper claim"
+    assert paper_verdict("context", below, "final") == "not claimed (context)"
+
+
+def test_the_detectable_effect_at_a_designs_seeds_and_tasks():
+    """0.5 + 1.96 sd of P(improvement) under no difference. By hand: 5 seeds, 3 tasks, variance 11 / (12 x 25 x 3)
+    = 0.012222, sd 0.11055, so 0.5 + 0.21668 = 0.71668; the std ratio exp(-1.96 / sqrt(4 x 3)) = 0.5679. The null
+    variance itself, (2n+1) / (12 n^2), is checked against every split of 2 + 2 ranks."""
+    import itertools
+
+    assert np.isclose(detectable_improvement(5, 3), 0.71668, atol=1e-5)
+    assert np.isclose(detectable_improvement(5, 1), 0.87530, atol=1e-5)
+    assert np.isclose(detectable_std_ratio(5, 3), 0.56790, atol=1e-5)
+    n = 2
+    shares = [sum(x > y for x in ours for y in set(range(2 * n)) - set(ours)) / n**2
+              for ours in itertools.combinations(range(2 * n), n)]
+    assert np.isclose(np.var(shares), (2 * n + 1) / (12 * n**2))  # 0.104167
+    runs = [fake_run(env, algo, s, 1.0 + s) for env in ("Hopper", "Walker2d", "Ant") for algo in ("ppo", "hp3o")
+            for s in range(5)]
+    assert np.isclose(measure(runs, "hp3o", "mujoco", "final")["detectable"], 0.71668, atol=1e-5)
 
 
 def test_a_suite_without_runs_is_one_line_and_leaves_the_committed_table_alone(tmp_path, capsys):
@@ -83,7 +156,7 @@ def test_the_claims_command_says_how_many_greedy_token_task_runs_it_left_out(tmp
     runs = [fake_run("RLHFPraise", "ppo", s, 1.0, evaluation=None) for s in range(3)]
     runs += [fake_run("Hopper", algo, s, 1.0 + s) for algo in ("ppo", "hp3o") for s in range(3)]
     monkeypatch.setattr(claims, "load_runs", lambda suite: runs)
-    monkeypatch.setattr(claims, "study_provenance", lambda config: None)
+    monkeypatch.setattr(claims, "study_of", lambda config: None)
     (tmp_path / "suite").mkdir()
     claims.main([str(tmp_path / "suite"), "--out", str(tmp_path / "tables")])
     assert capsys.readouterr().err.strip() == ("left out: 3 token-task runs evaluated greedily (made before the "
@@ -91,33 +164,55 @@ def test_the_claims_command_says_how_many_greedy_token_task_runs_it_left_out(tmp
                                                "token tasks")
 
 
-def test_tasks_of_two_families_name_each_familys_study(monkeypatch):
-    """HP3O's continuous-control group holds MuJoCo tasks and Pendulum, each tuned by its family's study:
-    the row names both studies, never 'untuned'."""
+def test_the_header_states_each_studys_budget_once_and_each_row_the_values_its_runs_used(monkeypatch):
+    """Every row names its study and the values at the keys that study tuned, read from the runs' configs; the
+    budget (trials x tasks x seeds x steps) appears once, in the header, with PPO's core; a count of comparisons."""
     import benchmarks.claims as claims
 
-    studies = {"mujoco": ("16 trials x 2 tasks x 1 seed x 300k steps", ("HalfCheetah", "Hopper")),
-               "classic_continuous": ("16 trials x 2 tasks x 1 seed x 100k steps", ("CartPole", "Pendulum"))}
-    monkeypatch.setattr(claims, "study_provenance", lambda config: studies[config["env"]["family"]])
-    runs = [{"config": {"env": {"family": family}}} for family in ("mujoco", "classic_continuous", "mujoco")]
-    tuning = claims.tuning_of(runs)
-    assert tuning["text"] == ("16 trials x 2 tasks x 1 seed x 100k steps (CartPole+Pendulum) + "
-                              "16 trials x 2 tasks x 1 seed x 300k steps (HalfCheetah+Hopper)")
-    assert tuning["tasks"] == {"CartPole", "Pendulum", "HalfCheetah", "Hopper"}
-    monkeypatch.setattr(claims, "study_provenance", lambda config: None if config["env"]["family"] == "mujoco"
-                        else studies["classic_continuous"])
-    assert claims.tuning_of(runs) is None  # one untuned family makes the group untuned
+    budgets = {"mujoco": ("mujoco_300k", "16 trials x 2 tasks x 1 seed x 300k steps", ("HalfCheetah", "Hopper")),
+               "classic_continuous": ("classic", "16 trials x 2 tasks x 1 seed x 100k steps", ("CartPole", "Pendulum"))}
+
+    def study_of(config):
+        name, text, tasks = budgets[config["env"]["family"]]
+        keys = ("env.hparams.lr",) if config["algo"]["name"] == "ppo" else ("env.tuned.hp3o.buffer_size",)
+        return {"study": name, "text": text, "tasks": tasks, "keys": keys, "budget": f"{text} ({', '.join(tasks)})"}
+
+    monkeypatch.setattr(claims, "study_of", study_of)
+    runs = [fake_run(env, algo, s, (2.0 if algo == "hp3o" else 1.0) + s) for env in ("Hopper", "Walker2d", "Pendulum")
+            for algo in ("ppo", "hp3o") for s in range(3)]
+    for run in runs:
+        run["config"]["env"]["hparams"]["lr"] = 3e-4 if run["env"] != "Pendulum" else 1e-3
+        run["config"]["env"]["tuned"] = {"hp3o": {"buffer_size": 20 if run["env"] != "Pendulum" else 10}}
+    table = claims.claims_table(runs)
+    mujoco = table[(table["group"] == "mujoco") & (table["metric"] == "auc")].iloc[0]
+    assert (mujoco["tasks"], mujoco["values_tested"], mujoco["ppo_values"], mujoco["study"]) == (
+        "Hopper*, Walker2d", "buffer_size 20", "lr 0.0003", "mujoco_300k")
+    assert table.loc[table["group"] == "classic_continuous", "values_tested"].eq("buffer_size 10").all()
+    text = claims.claims_markdown(table, [Path("results/runs/suite")])
+    assert text.count("300k steps") == 1 and "tuning (candidate; PPO)" not in text
+    assert ("- results/tuning/mujoco_300k.db (MuJoCo): 16 trials x 2 tasks x 1 seed x 300k steps (HalfCheetah, "
+            "Hopper) each for ppo, hp3o; PPO's core, under every preset: lr 0.0003\n") in text
+    assert f"this table makes {len(table)} (one interval per row)" in text and len(table) == 6
+    # runs of two families (benchmarks.verdict may pass any): both studies named, never 'untuned'
+    assert claims.tuning_of([r for r in runs if r["algo"] == "hp3o"])["text"] == (
+        "16 trials x 2 tasks x 1 seed x 100k steps (CartPole+Pendulum) + "
+        "16 trials x 2 tasks x 1 seed x 300k steps (HalfCheetah+Hopper)")
+    monkeypatch.setattr(claims, "study_of", lambda config: None if config["env"]["family"] == "mujoco"
+                        else study_of(config))
+    assert claims.tuning_of(runs) is None  # one untuned family makes the runs untuned
+    assert claims.values_tested([r for r in runs if r["env"] == "Hopper" and r["algo"] == "hp3o"], None) == (
+        "untuned: buffer_size 20")
 
 
 def test_a_task_lands_in_the_group_of_its_own_family_with_no_list_to_update():
     """A MuJoCo task the suite never heard of (added as docs/extending.md says, under env_family mujoco) counts as
-    MuJoCo and continuous control, never as discrete; a new classic task with discrete actions counts as discrete."""
+    MuJoCo, never as classic control; a new classic task with discrete actions counts as discrete."""
     runs = [fake_run("Swimmer2", algo, s, (2.0 if algo == "hp3o" else 1.0) + s) for algo in ("ppo", "hp3o")
             for s in range(3)]
     runs += [fake_run("LunarLander", algo, s, (2.0 if algo == "hp3o" else 1.0) + s, family="classic")
              for algo in ("ppo", "hp3o") for s in range(3)]
     assert measure(runs, "hp3o", "mujoco", "final")["tasks"] == "Swimmer2"
-    assert measure(runs, "hp3o", "continuous", "final")["tasks"] == "Swimmer2"
+    assert measure(runs, "hp3o", "classic_continuous", "final") is None
     assert measure(runs, "hp3o", "discrete", "final")["tasks"] == "LunarLander"
 
 
