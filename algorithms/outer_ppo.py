@@ -202,15 +202,6 @@ class OuterPPO(PPO):
                   epochs=self.cfg.update_epochs, max_grad_norm=self.cfg.max_grad_norm, logs_loss=False),
         ]
 
-    def optimize(self, batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """The inner loop, from the start begin_update set, to theta*_k: PPO's own, or the design note's phases."""
-        if not self.full_batch:
-            return super().optimize(batch, optimizer)
-        stats = {}
-        for phase in self.update_phases():
-            stats |= self.run_phase(phase, batch)
-        return stats | self.after_epochs(batch)
-
     def after_epochs(self, batch) -> dict[str, float]:
         """The full-batch inner loop's critic fit explains the batch's returns this much (PPO's epochs log it)."""
         stats = super().after_epochs(batch)

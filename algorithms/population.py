@@ -422,7 +422,7 @@ class PopulationBatch:
             phase_lr = getattr(lead, phase.optimizer).param_groups[0]["lr"]
             means, phase_trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lr, rollout_size)
             phase_means.append(means)
-            if phase.epochs is None:  # PPO's epoch loop: explained variance over the batches it trained on
+            if lead.runs_ppo_epochs():  # PPO's epoch loop: explained variance over the batches it trained on
                 trained_on = phase_trained_on
         parameters_to(self.params, self.policies)
         from algorithms.ppo import explained_variance, in_log_order
@@ -514,9 +514,11 @@ class PopulationBatch:
                                   self.policies)
 
 
-# PPO's methods whose code the vectorized update does not run (it runs the algorithm's loss_terms,
-# evaluate_minibatch, flatten_rollout, num_minibatches, after_epochs and annealed_lr, and steps Adam itself).
-UPDATE_LOOP_METHODS = ("update", "optimize", "run_epochs", "minibatch_step")
+# PPO's methods whose code the vectorized update does not run (it runs the algorithm's phases - their evaluation
+# and loss terms -, flatten_rollout, epoch_batches, num_minibatches, after_epochs and the hooks around the epochs,
+# and steps Adam or SGD itself).
+UPDATE_LOOP_METHODS = ("update", "optimize", "run_epochs", "run_phase", "epoch_minibatches", "minibatch_step",
+                       "phase_step")
 
 
 def declaring_class(cls) -> type:
@@ -555,8 +557,16 @@ def population_problems(algorithm) -> list[str]:
         return [f"{cls.__name__} overrides {', '.join(overridden)}, which the population's vectorized update does "
                 f"not run; declare population_update = \"per_seed\" in the class (its own update, seed by seed), "
                 f"or \"vectorized\" if the override changes nothing a population must run"]
+    policy_parameters = {id(parameter) for parameter in algorithm.policy.parameters()}
     for phase in algorithm.update_phases():
         optimizer = getattr(algorithm, phase.optimizer)
+        if any(id(p) not in policy_parameters for group in optimizer.param_groups for p in group["params"]):
+            return [f"{cls.__name__}'s {phase.optimizer} steps a parameter outside its policy: the population's "
+                    f"vectorized update steps the policy's parameters only; declare population_update = "
+                    f"\"per_seed\" in the class"]
+        if phase.whole_batch and phase.epochs is None:
+            return [f"{cls.__name__}'s phase {phase.loss} takes whole batches from epoch_batches: a population "
+                    f"pads a whole batch to the rollout's size only, so give the phase its number of epochs"]
         if not steps_optimizer(optimizer):
             return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay "
                     f"{optimizer.param_groups[0].get('weight_decay')}): the population's vectorized update steps "

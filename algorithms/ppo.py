@@ -231,9 +231,20 @@ class PPO(Algorithm):
         return stats
 
     def optimize(self, batch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """PPO's inner loop: E epochs over the same rollout batch (docs/algorithms.md section 2)."""
-        stats = self.run_epochs(self.epoch_batches(batch), optimizer)
+        """PPO's inner loop: E epochs over the same rollout batch (docs/algorithms.md section 2); a variant that
+        declares other phases (update_phases) runs them in order instead."""
+        if self.runs_ppo_epochs():
+            stats = self.run_epochs(self.epoch_batches(batch), optimizer)
+        else:
+            stats = {}
+            for phase in self.update_phases():
+                stats |= self.run_phase(phase, batch)
         return stats | self.after_epochs(batch)
+
+    def runs_ppo_epochs(self) -> bool:
+        """Whether the update's phases are PPO's own one (run by run_epochs: its target-KL stop, its explained
+        variance over the epochs' batches)."""
+        return self.update_phases() == PPO.update_phases(self)
 
     def epoch_batches(self, batch: Batch) -> Iterator[Batch]:
         """The batch each epoch trains on, at most update_epochs of them: PPO's is the rollout's, every epoch (HP3O
@@ -275,7 +286,8 @@ class PPO(Algorithm):
         return stats
 
     def run_phase(self, phase: Phase, batch: Batch) -> dict[str, float]:
-        """A declared phase of gradient steps on one batch, eagerly; returns its statistics' means."""
+        """A declared phase of gradient steps on one batch, eagerly; returns its statistics' means. (A phase
+        logs no explained variance: a variant that wants it returns it from after_epochs.)"""
         optimizer = getattr(self, phase.optimizer)
         epochs = self.epoch_batches(batch) if phase.epochs is None else (batch for _epoch in range(phase.epochs))
         tracker = StatsTracker()
