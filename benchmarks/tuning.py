@@ -500,6 +500,7 @@ def study_rows(tune: str) -> list[dict]:
         rows.append({
             "preset": summary.study_name, "trials": len(trials), "pruned": len(pruned),
             "failed": len(trials) - len(complete) - len(pruned),
+            "unfinished": sum(t.state == optuna.trial.TrialState.RUNNING for t in study.trials),
             "env_steps": sum(int(t.user_attrs.get("env_steps", 0)) for t in trials),
             "default_auc": defaults[0].value if defaults else math.nan,
             "best_auc": best.value if best else math.nan, "best_trial": best.number if best else None,
@@ -519,13 +520,16 @@ def report(tune: str, out: Path) -> None:
     lines = [f"# Tuning studies: {tune}", "",
              f"Objective: normalised area under the evaluation curve, mean over tuning tasks "
              f"{base.get('tasks')} x tuning seeds {base.get('seeds')}, {base.get('total_steps')} env steps per run. "
-             f"Trial 0 of every study is the preset's values before tuning ('default').", "",
-             "| preset | trials (pruned, failed) | env steps | default | best | best trial | best values |",
-             "|---|---|---|---|---|---|---|"]
+             f"Trial 0 of every study is the preset's values before tuning ('default'). `unfinished`: trials "
+             f"started and not finished (a resumed study runs them again); `env steps`: trained by the finished "
+             f"trials, over all their runs.", "",
+             "| preset | trials (pruned, failed) | unfinished | env steps | default | best | best trial | best values |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         params = ", ".join(f"{k.split('.')[-1]}={yaml_scalar(v)}" for k, v in row["best_params"].items())
         spent = f"{row['env_steps']:,}" if row["env_steps"] else "-"  # (studies before it was recorded: -)
-        lines.append(f"| {row['preset']} | {row['trials']} ({row['pruned']}, {row['failed']}) | {spent} | "
+        lines.append(f"| {row['preset']} | {row['trials']} ({row['pruned']}, {row['failed']}) | {row['unfinished']} | "
+                     f"{spent} | "
                      f"{row['default_auc']:.4f} | {row['best_auc']:.4f} | {row['best_trial']} | {params} |")
     for row in rows:
         if row["pruned"]:
@@ -550,14 +554,19 @@ def trial_lines(study) -> list[str]:
     total = study.user_attrs.get("base", {}).get("total_steps", 0)  # what a trial that was never pruned trained
     keys = list(dict.fromkeys(key for t in trials for key in t.params))
     lines = [f"{study.study_name}: every finished trial (objective at the last env step it was judged at)", "",
-             "| trial | state | env steps | objective | " + " | ".join(key.split(".")[-1] for key in keys) + " |",
+             "| trial | state | env steps per run | objective | " + " | ".join(key.split(".")[-1] for key in keys) + " |",
              "|---" * (4 + len(keys)) + "|"]
     for t in trials:
-        judged_early = t.state.name != "COMPLETE" and t.intermediate_values
-        step, value = max(t.intermediate_values.items()) if judged_early else (total, t.value)
+        if t.state.name == "COMPLETE":
+            step, value = total, t.value
+        elif t.intermediate_values:  # pruned (or failed) after a rung: the last one it was judged at
+            step, value = max(t.intermediate_values.items())
+        else:
+            step, value = None, None
         objective = "-" if value is None else f"{value:.4f}"
+        step = "-" if step is None else f"{step:,}"
         values = " | ".join(yaml_scalar(t.params[key]) if key in t.params else "-" for key in keys)
-        lines.append(f"| {t.number} | {t.state.name.lower()} | {step:,} | {objective} | {values} |")
+        lines.append(f"| {t.number} | {t.state.name.lower()} | {step} | {objective} | {values} |")
     return lines
 
 

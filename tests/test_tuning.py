@@ -223,5 +223,5 @@ def test_a_pruned_studys_report_lists_every_trial_with_the_rung_it_reached():
                                               state=optuna.trial.TrialState.PRUNED,
                                               intermediate_values={1000: 0.01, 3000: 0.05}))
     lines = trial_lines(study)
-    assert lines[2] == "| trial | state | env steps | objective | sigma |"
+    assert lines[2] == "| trial | state | env steps per run | objective | sigma |"
     assert lines[4:] == ["| 0 | complete | 9,000 | 0.3000 | 0.5 |", "| 1 | pruned | 3,000 | 0.0500 | 2.0 |"]

@@ -32,8 +32,8 @@ TARGETS = {"vs SB3": (">=", 3.0), "8 seeds": (">=", 4.0), "update/seed": ("<=", 
 def row(target: str, env: str, values: str, what: str, ratio: float) -> dict:
     sense, bound = TARGETS[target]
     met = ratio >= bound if sense == ">=" else ratio <= bound
-    return {"target": target, "env": env, "values": values, "what": what, "measured": round(ratio, 2),
-            "bound": f"{sense} {bound:.2f}", "met": "yes" if met else "no"}
+    return {"target": target, "env": env, "values": values, "what": what, "measured": round(ratio, 3),
+            "bound": f"{sense} {bound:.3g}", "met": "yes" if met else "no"}
 
 
 def main(argv=None) -> None:
@@ -64,8 +64,8 @@ def main(argv=None) -> None:
             for size in (1, 8):
                 cost[size] = {algo: batch_sps(env, algo, args.steps, size, "compiled", recipe)[0]
                               for algo in dict.fromkeys(["ppo", *args.algos])}
-            rows.append(row("8 seeds", env, values, "compiled, 8 seeds / one seed alone", cost[8]["ppo"] / alone))
-            rows.append(row("8 seeds", env, values, "numpy, 8 seeds / one seed alone",
+            rows.append(row("8 seeds", env, values, "compiled, 8 seeds / numpy, one seed alone", cost[8]["ppo"] / alone))
+            rows.append(row("8 seeds", env, values, "numpy, 8 seeds / numpy, one seed alone",
                             batch_sps(env, "ppo", args.steps, 8, "numpy", recipe)[0] / alone))
             if recipe:
                 steps = measure_steps(env, [8], args.calls)
