@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -109,7 +111,8 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
     each resample draws, within every task, the candidate's seeds and the baseline's seeds with replacement
     (rliable's stratification: runs resampled per task, never across). Inputs are [seeds x tasks] scores; returns
     (point, low, high, per-task ratios). A resample where both sides of a task have no spread counts that task as
-    equal (ratio 1); one side without spread gives a ratio of 0 or infinity (clipped to e^-50, e^50 in the mean)."""
+    equal (ratio 1); one side without spread gives a ratio of 0 or infinity (clipped to e^-50, e^50 in the mean, and
+    a bound such resamples decide is reported as 0 or infinity)."""
     candidate, baseline = np.asarray(candidate, dtype=float), np.asarray(baseline, dtype=float)
 
     def log_ratios(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:  # [..., seeds, tasks] -> [..., tasks]
@@ -124,5 +127,13 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
              for values in (candidate, baseline)]
     resampled = np.exp(log_ratios(*draws).mean(axis=-1))
     low, high = np.quantile(resampled, [(1 - level) / 2, (1 + level) / 2])
+    # Where more resamples than the tail holds have a task whose one side has no spread, that bound is unbounded
+    # (0 or infinity), not the clip's e^50: say so instead of printing an arbitrary huge number.
+    spread_ours, spread_theirs = draws[0].std(axis=-2), draws[1].std(axis=-2)
+    tail = (1 - level) / 2
+    if np.mean(((spread_theirs == 0) & (spread_ours > 0)).any(axis=-1)) > tail:
+        high = math.inf
+    if np.mean(((spread_ours == 0) & (spread_theirs > 0)).any(axis=-1)) > tail:
+        low = 0.0
     per_task = np.exp(log_ratios(candidate, baseline))
     return float(np.exp(log_ratios(candidate, baseline).mean())), float(low), float(high), per_task

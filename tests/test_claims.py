@@ -1,5 +1,6 @@
 """The claims table: probability of improvement over PPO per task group, from stored runs."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -228,3 +229,13 @@ def test_the_committed_claims_table_regenerates_byte_for_byte_from_the_committed
     assert result.returncode == 0, result.stderr[-2000:]
     for name in ("claims.md", "claims.csv"):
         assert (tmp_path / name).read_bytes() == (ROOT / "results" / "tables" / name).read_bytes(), name
+
+
+def test_a_variance_ratio_bound_decided_by_a_side_without_spread_is_unbounded_not_a_huge_number():
+    """Three of five PPO seeds at the floor: a fifth of the resamples draw no PPO spread at all, so the upper bound
+    of the candidate's std over PPO's is infinite (the clip's e^50 once printed as 5e21), the lower one finite."""
+    ppo = np.array([[-500.0], [-500.0], [-500.0], [-81.0], [-84.0]])
+    candidate = np.array([[-90.0], [-85.0], [-500.0], [-80.0], [-88.0]])
+    point, low, high, _ = seed_std_ratio(candidate, ppo)
+    assert high == math.inf and 0 < low < point < 10
+    assert seed_std_ratio(ppo, candidate)[1] == 0.0  # and the other way round, the lower bound is 0
