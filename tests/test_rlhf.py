@@ -400,7 +400,8 @@ def test_a_stored_token_task_run_composes_with_the_autoreset_and_evaluation_it_r
     from benchmarks.engine.trainer import numbers_relevant, with_later_keys
     from tests.conftest import ROOT
 
-    stored = json.loads((ROOT / "results/runs/rlhf/RLHFArithmetic/ppo/seed0/summary.json").read_text())["config"]
+    run = ROOT / "results/runs/rlhf_kl/RLHFPraise/ppo/kl_coef=0.0/seed0"  # made before both keys existed
+    stored = json.loads((run / "summary.json").read_text())["config"]
     assert "autoreset" not in stored["env"]["kwargs"] and "evaluation" not in stored["env"]
     filled = with_later_keys(stored)
     assert filled["env"]["kwargs"]["autoreset"] == "next_step"
@@ -408,11 +409,11 @@ def test_a_stored_token_task_run_composes_with_the_autoreset_and_evaluation_it_r
     # what `python -m benchmarks.reproduce` retrains: the stored config over today's defaults
     from benchmarks.reproduce import stored_config
 
-    rerun = stored_config(ROOT / "results/runs/rlhf/RLHFArithmetic/ppo/seed0")
+    rerun = stored_config(run)
     assert rerun.env.kwargs.autoreset == "next_step" and rerun.env.evaluation.kind == "greedy"
     assert rerun.eval.episodes == rerun.env.eval_episodes == 64
     # today's command differs from it in those keys (and the evaluation's size): a rerun never takes it as its own
-    current = numbers_relevant(OmegaConf.to_container(compose_config(["env=RLHFArithmetic", "algo=ppo"]), resolve=True))
+    current = numbers_relevant(OmegaConf.to_container(compose_config(["env=RLHFPraise", "algo=ppo"]), resolve=True))
     assert current["env"] != numbers_relevant(stored)["env"]
     # a classic task's stored run gets none of the token tasks' keys
     assert "kwargs" not in with_later_keys({"env": {"name": "CartPole", "family": "classic"}, "algo": {}})["env"]
