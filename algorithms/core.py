@@ -347,6 +347,11 @@ def compute_gae(
 # ---------------------------------------------------------------------------
 
 
+def stepped_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every parameter the optimizer steps, over its parameter groups."""
+    return [parameter for group in optimizer.param_groups for parameter in group["params"]]
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """x.mean(); with a mask (1 on a sample, 0 on padding: the population step's padded minibatches,
     algorithms/population.py), the mean over the masked samples only."""

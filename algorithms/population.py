@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from algorithms.core import stepped_parameters
+
 Params = dict[str, torch.Tensor]
 # The keys a minibatch of the population step carries: PPO's loss keys and the padding mask.
 MASK = "mask"
@@ -251,7 +253,7 @@ def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
 
 def owned_mask(optimizer: torch.optim.Optimizer, policy: nn.Module) -> torch.Tensor | None:
     """[P] (flat layout): True on the parameters the optimizer steps; None when it steps every one."""
-    owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+    owned = {id(parameter) for parameter in stepped_parameters(optimizer)}
     pieces = [torch.full((param.numel(),), id(param) in owned) for param in policy.parameters()]
     mask = torch.cat(pieces)
     return None if bool(mask.all()) else mask
@@ -262,7 +264,7 @@ def adam_state_from(optimizers: list[torch.optim.Optimizer], policies: list[nn.M
     moments on a parameter an optimizer does not step)."""
     rows = []
     for optimizer, policy in zip(optimizers, policies):
-        owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+        owned = {id(parameter) for parameter in stepped_parameters(optimizer)}
         states = [optimizer.state.get(param, {}) if id(param) in owned else None for param in policy.parameters()]
         if not all(state for state in states if state is not None):  # before the first step
             return {"step": torch.zeros(len(policies)), "exp_avg": torch.zeros(len(policies), rows_size(policy)),
@@ -286,7 +288,7 @@ def adam_state_to(adam: dict, optimizers: list[torch.optim.Optimizer], policies:
             continue
         layout = FlatLayout(policy)
         exp_avg, exp_avg_sq = layout.unflatten(adam["exp_avg"][index]), layout.unflatten(adam["exp_avg_sq"][index])
-        owned = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+        owned = {id(parameter) for parameter in stepped_parameters(optimizer)}
         for name, param in policy.named_parameters():
             if id(param) not in owned:
                 continue
@@ -560,7 +562,7 @@ def population_problems(algorithm) -> list[str]:
     policy_parameters = {id(parameter) for parameter in algorithm.policy.parameters()}
     for phase in algorithm.update_phases():
         optimizer = getattr(algorithm, phase.optimizer)
-        if any(id(p) not in policy_parameters for group in optimizer.param_groups for p in group["params"]):
+        if any(id(parameter) not in policy_parameters for parameter in stepped_parameters(optimizer)):
             return [f"{cls.__name__}'s {phase.optimizer} steps a parameter outside its policy: the population's "
                     f"vectorized update steps the policy's parameters only; declare population_update = "
                     f"\"per_seed\" in the class"]

@@ -33,6 +33,7 @@ from algorithms.core import (
     masked_max,
     masked_mean,
     normalize_advantages,
+    stepped_parameters,
     value_loss,
 )
 from algorithms.interface import Algorithm
@@ -321,8 +322,7 @@ class PPO(Algorithm):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if phase.max_grad_norm is not None:  # PPO detail #11: one norm over every parameter the optimizer steps
-            stepped = [parameter for group in optimizer.param_groups for parameter in group["params"]]
-            stats["grad_norm"] = nn.utils.clip_grad_norm_(stepped, phase.max_grad_norm).detach()
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(stepped_parameters(optimizer), phase.max_grad_norm).detach()
         optimizer.step()
         if phase.logs_loss:
             stats["loss"] = loss.detach()

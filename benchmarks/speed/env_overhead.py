@@ -1,4 +1,4 @@
-"""Per-step cost of Gymnasium's vector wrappers around one MuJoCo env (issue 7's profile).
+"""Per-step cost of Gymnasium's vector wrappers around one MuJoCo env.
 
     python -m benchmarks.speed.env_overhead [--env HalfCheetah-v5] [--steps 3000]
 
