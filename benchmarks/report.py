@@ -101,7 +101,18 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
     return table
 
 
-def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None) -> str:
+def final_return_description(runs: list[dict]) -> str:
+    """What a suite's final return is: the evaluation its runs' config names, at the end of training."""
+    episodes = runs[0]["config"]["eval"]["episodes"]
+    if is_token_task(runs):
+        tasks = {run["config"]["env"]["name"]: run for run in runs}
+        scores = "; ".join(f"{name}: the {axis_names([run])[1]}" for name, run in sorted(tasks.items()))
+        return f"at the end of training, {episodes} prompts per seed ({scores})"
+    return f"deterministic evaluation at the end of training ({episodes} episodes per seed)"
+
+
+def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None,
+             final_return: str = "deterministic evaluation at the end of training (10 episodes per seed)") -> str:
     suite_path = suite_path or f"results/runs/{suite}"
     shown = pd.DataFrame({
         "task": table["task"], "algo": table["algo"],
@@ -125,7 +136,7 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
     header = (
         f"# {suite}\n\n"
         f"Made by `{command}`; table by `python -m benchmarks.report {suite_path}`.\n"
-        f"Final return: deterministic evaluation at the end of training (10 episodes per seed), mean over seeds "
+        f"Final return: {final_return}, mean over seeds "
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
         f"stochastic policy); us/step = training wall time per env step (evaluation excluded); "
@@ -781,7 +792,8 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
         return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
-    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir)))
+    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),
+                                                         final_return_description(runs)))
     aggregate = aggregate_table(runs)
     aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
                        out / "plots" / f"{suite}_aggregate.png", out / "plots" / f"{suite}_sample_efficiency.png"]

@@ -61,6 +61,17 @@ def train_column_means(runs: list[dict], columns: list[str], last: int | None = 
     return pd.DataFrame(rows)
 
 
+def final_eval_columns(runs: list[dict], columns: list[str]) -> pd.DataFrame:
+    """The final evaluation row's columns (eval.csv: a token task's reward-model and judge scores, KL, length), mean
+    +- std over seeds."""
+    rows = []
+    for (env, algo), group in group_runs(runs).items():
+        finals = [run["eval"].iloc[-1] for run in group]
+        rows.append({"env": env, "algo": algo, **{c: mean_std([final[c] for final in finals]) if c in finals[0] else None
+                                                   for c in columns}})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,6 +79,8 @@ def main(argv=None) -> None:
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
     parser.add_argument("--train-columns", nargs="+", default=[], metavar="COLUMN",
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
+    parser.add_argument("--eval-columns", nargs="+", default=[], metavar="COLUMN",
+                        help="also print these eval.csv columns of the final evaluation, mean +- std over seeds")
     parser.add_argument("--last-iterations", type=int, default=None, metavar="N",
                         help="with --train-columns: the mean over each run's last N iterations only")
     parser.add_argument("--first-iterations", type=int, default=None, metavar="N",
@@ -85,6 +98,9 @@ def main(argv=None) -> None:
         print(f"\nmean over {which} and seeds of train.csv columns")
         print(train_column_means(runs, args.train_columns, args.last_iterations, args.first_iterations)
               .to_string(index=False))
+    if args.eval_columns:
+        print("\nfinal evaluation's eval.csv columns, mean +- std over seeds")
+        print(final_eval_columns(runs, args.eval_columns).to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]

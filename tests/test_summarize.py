@@ -18,3 +18,16 @@ def test_train_column_means_over_all_or_the_last_iterations_of_each_seed(tmp_pat
     assert last_two["kl_to_reference"].iloc[0] == (2 + 3 + 12 + 13) / 4
     first_one = train_column_means(runs, ["kl_to_reference"], first=1)
     assert first_one["kl_to_reference"].iloc[0] == (0 + 10) / 2
+
+
+def test_final_eval_columns_are_the_last_evaluations_mean_and_std_over_seeds():
+    import numpy as np
+
+    from benchmarks.runs import load_runs
+    from benchmarks.summarize import final_eval_columns
+    from tests.conftest import ROOT
+
+    suite = ROOT / "results/runs/rlhf/RLHFArithmetic/ppo"
+    row = final_eval_columns(load_runs(suite), ["eval_judge_mean", "no_such_column"]).iloc[0]
+    finals = np.array([pd.read_csv(suite / f"seed{seed}" / "eval.csv")["eval_judge_mean"].iloc[-1] for seed in range(5)])
+    assert row["eval_judge_mean"] == f"{finals.mean():.2f} +- {finals.std():.2f}" and row["no_such_column"] is None
