@@ -219,7 +219,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its
 
 
 def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothing(tmp_path):
-    run, longer = tmp_path / "run", ["algo=ppo", *SMALL_RUN, "total_steps=40960"]  # still running when the second comes
+    run, longer = tmp_path / "run", ["algo=ppo", *SMALL_RUN, "total_steps=409600"]  # still running when the second comes
     first = launch(longer, run)
     wait_for_rows(run, 2, first)
     files_before = {path: path.read_bytes() for path in run.glob("*.csv")}
