@@ -100,7 +100,7 @@ def update_loop_of_its_own(cls) -> bool:
     """Whether a class replaces any of PPO's update loop (what SeedBatch's batched update would skip)."""
     methods = ("update", "optimize", "run_epochs", "minibatch_step", "epoch_batches", "num_minibatches",
                "after_epochs", "begin_update", "end_update", "flatten_rollout", "build_optimizer", "update_phases",
-               "run_phase", "epoch_minibatches", "phase_step")
+               "run_phase", "phase_epoch_batches", "epoch_minibatches", "phase_step")
     return any(getattr(cls, method) is not getattr(PPO, method) for method in methods)
 
 

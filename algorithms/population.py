@@ -422,10 +422,10 @@ class PopulationBatch:
         phase_means, trained_on = [], None
         for phase, step in zip(self.phases, self.steps):
             phase_lr = getattr(lead, phase.optimizer).param_groups[0]["lr"]
-            means, phase_trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lr, rollout_size)
+            means, trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lr, rollout_size)
             phase_means.append(means)
-            if lead.runs_ppo_epochs():  # PPO's epoch loop: explained variance over the batches it trained on
-                trained_on = phase_trained_on
+        if not lead.runs_ppo_epochs():  # explained variance over the epochs' batches is PPO's epoch loop's only
+            trained_on = None
         parameters_to(self.params, self.policies)
         from algorithms.ppo import explained_variance, in_log_order
 
@@ -459,11 +459,9 @@ class PopulationBatch:
         for algorithm, batch, randoms, on in zip(algorithms, batches, self.randoms, active):
             if not on:
                 epoch_iterators.append(None)
-            elif phase.epochs is None:
-                with randoms:  # a variant may draw its epochs' batches as it makes them
-                    epoch_iterators.append(iter(algorithm.epoch_batches(batch)))
-            else:
-                epoch_iterators.append(iter([batch] * phase.epochs))
+                continue
+            with randoms:  # a variant may draw its epochs' batches as it makes them
+                epoch_iterators.append(algorithm.phase_epoch_batches(phase, batch))
         running = torch.tensor(active)
         trained_on = [[] for _ in algorithms]
         per_step, stepped = [], []

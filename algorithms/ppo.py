@@ -290,13 +290,18 @@ class PPO(Algorithm):
         """A declared phase of gradient steps on one batch, eagerly; returns its statistics' means. (A phase
         logs no explained variance: a variant that wants it returns it from after_epochs.)"""
         optimizer = getattr(self, phase.optimizer)
-        epochs = self.epoch_batches(batch) if phase.epochs is None else (batch for _epoch in range(phase.epochs))
         tracker = StatsTracker()
-        for epoch_batch in epochs:
+        for epoch_batch in self.phase_epoch_batches(phase, batch):
             for minibatch in self.epoch_minibatches(epoch_batch, phase):
                 tracker.add(self.phase_step(phase, minibatch, optimizer))
         optimizer.zero_grad(set_to_none=True)
         return tracker.means()
+
+    def phase_epoch_batches(self, phase: Phase, batch: Batch) -> Iterator[Batch]:
+        """The batch each epoch of a phase trains on: epoch_batches's, or the rollout's batch `phase.epochs` times."""
+        if phase.epochs is None:
+            return iter(self.epoch_batches(batch))
+        return (batch for _epoch in range(phase.epochs))
 
     def epoch_minibatches(self, batch: Batch, phase: Phase) -> list[Batch]:
         """One epoch's minibatches: the whole batch in its order, or a shuffle cut in num_minibatches pieces."""
