@@ -825,15 +825,25 @@ REPORT_INPUTS = [Path(__file__), Path(__file__).with_name("statistics.py"), Path
 STAMPS = RESULTS / "report_stamps.json"
 
 
+# Files a run writes that git does not keep (.gitignore): checkpoints, TensorBoard events, locks. The report reads
+# none of them, and a fresh clone has none, so a stamp over them would differ between the machine that trained the
+# runs and every clone.
+UNCOMMITTED_SUFFIXES = (".pt", ".lock", ".damaged", ".job")
+
+
+def is_committed_kind(path: Path) -> bool:
+    return not (path.name.endswith(UNCOMMITTED_SUFFIXES) or path.name.startswith("events.out.tfevents"))
+
+
 def suite_stamp(suite_dir: Path) -> str:
-    """A digest of every file of the suite's runs and of REPORT_INPUTS: equal digests, equal report."""
+    """A digest of every committed file of the suite's runs and of REPORT_INPUTS: equal digests, equal report."""
     import hashlib
 
     digest = hashlib.sha256()
     tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
     digest.update(json.dumps({task: random_score(task) for task in tasks}).encode())  # what normalises its scores
     root = RESULTS.parent
-    for path in [*REPORT_INPUTS, *sorted(p for p in suite_dir.rglob("*") if p.is_file())]:
+    for path in [*REPORT_INPUTS, *sorted(p for p in suite_dir.rglob("*") if p.is_file() and is_committed_kind(p))]:
         digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()

@@ -393,6 +393,23 @@ def test_every_committed_suite_was_reported_from_its_committed_runs_with_the_com
     assert {suite.name: suite_stamp(suite) for suite in committed_suites()} == stamps
 
 
+def test_a_suite_stamp_ignores_what_git_does_not_keep(tmp_path):
+    """Checkpoints, TensorBoard events and locks exist where the runs were trained and not in a clone: the stamp
+    must be the same in both places, and change when a committed file does."""
+    from benchmarks.report import suite_stamp
+
+    run = tmp_path / "suite" / "CartPole" / "ppo" / "seed0"
+    run.mkdir(parents=True)
+    (run / "train.csv").write_text("step,return\n0,1\n")
+    clone = suite_stamp(tmp_path / "suite")
+    (run / "checkpoint.pt").write_bytes(b"weights")
+    (run / ".lock").write_text("")
+    (run / "events.out.tfevents.1.host").write_bytes(b"tb")
+    assert suite_stamp(tmp_path / "suite") == clone
+    (run / "train.csv").write_text("step,return\n0,2\n")
+    assert suite_stamp(tmp_path / "suite") != clone
+
+
 @pytest.mark.slow
 def test_every_committed_table_and_figures_md_regenerate_byte_for_byte_from_the_committed_runs(tmp_path):
     from benchmarks.report import RESULTS, committed_suites, figures_page, report_suites
