@@ -10,9 +10,10 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          wall time per env step (absolute and relative to PPO),
                                          probability of improvement over PPO with 95% CI
     <out>/plots/<suite>_<task>.png/.svg  eval return vs env steps (generated tokens on token tasks), one line per algorithm,
-                                         mean over seeds with a 95% bootstrap confidence band
+                                         mean over seeds with a 95% bootstrap confidence band (none for one seed;
+                                         the title marks n < 5 unreliable); a saturated task is flagged
     <out>/plots/<suite>_<task>_vs_ppo.*  the same, one small panel per variant with PPO in each
-                                         (shared y-axis); n < 5 seeds is marked "CI unreliable"
+                                         (shared y-axis); presets with at least 5 seeds only
     <out>/tables/<suite>_aggregate.*     across tasks (a suite of at least 2 tasks and 5 seeds each), on
                                          scores normalised per task from a uniform-random policy (0,
                                          conf/env's random_score) to the best evaluation any run of the
@@ -22,8 +23,10 @@ For each suite directory (a sweep's hydra.sweep.dir) it writes
                                          P(improve over PPO) with 95% CIs, and the performance profile
     <out>/plots/<suite>_sample_efficiency.png  rliable's IQM sample-efficiency curves: IQM of normalised
                                          scores at each evaluation, with 95% stratified-bootstrap CIs
-    <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps)
-    <out>/plots/<suite>_<task>_kl_frontier.png  token tasks: reward and judge against KL to the reference
+    <out>/plots/<suite>_<task>_sensitivity.*  Outer-PPO sigma x mu heatmap (sensitivity sweeps), cells at the
+                                         ceiling marked
+    <out>/plots/<suite>_<task>_kl_frontier.png  token tasks: reward and judge against KL to the reference (one
+                                         panel where the reward is the judge)
     results/figures.md                   (no arguments) every figure with what it reads
 Suites are reported --jobs at a time (default: every core), a progress line each. With no arguments, a
 suite whose runs and report code are those recorded in results/report_stamps.json is kept as it is
@@ -84,6 +87,11 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
             "auc_mean": aucs.mean(),
             "last100_train_mean": np.mean([run["episodes"]["episode_return"].tail(100).mean() for run in group]),
             "us_per_step": 1e6 * seconds_per_step,
+            # a task most of whose runs end at the best any run reached (figures flag it), and the presets whose
+            # evaluation curves are this one's in every seed (their lines coincide)
+            "saturated": task_saturated([run for run in runs if run["env"] == env]),
+            "same_eval_as": " ".join(other for (other_env, other), other_group in grouped.items()
+                                     if other_env == env and other != algo and same_curves(group, other_group)),
         }
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -99,6 +107,11 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
             point, low, high = probability_of_improvement(candidate.reshape(-1, 1), baseline.reshape(-1, 1))
             table.loc[index, ["poi_vs_ppo", "poi_ci_low", "poi_ci_high"]] = [point, low, high]
     return table
+
+
+def same_curves(group: list[dict], other: list[dict]) -> bool:
+    """Whether two presets' runs evaluated the same seeds at the same steps with the same returns."""
+    return eval_curves(group).equals(eval_curves(other))
 
 
 def final_return_description(runs: list[dict]) -> str:
@@ -213,6 +226,27 @@ def _format_steps(steps: float, _position) -> str:
     return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
 
 
+def identical_to(task_runs: list[dict]) -> dict[str, str]:
+    """algo -> the first preset (in drawing order) whose curve its curve is, seed for seed: drawn on top of it."""
+    algos = sorted({run["algo"] for run in task_runs}, key=lambda a: (a != "ppo", a))
+    groups = {algo: [run for run in task_runs if run["algo"] == algo] for algo in algos}
+    same = {}
+    for i, algo in enumerate(algos):
+        twin = next((other for other in algos[:i] if other not in same and same_curves(groups[other], groups[algo])),
+                    None)
+        if twin is not None:
+            same[algo] = twin
+    return same
+
+
+def figure_notes(task_runs: list[dict]) -> str:
+    """What a title adds about its task's runs: hyperparameters tuned at another budget, saturation."""
+    notes = [tuning_note(task_runs)]
+    if task_saturated(task_runs):
+        notes.append(saturation_note(task_runs[0]["env"], len(task_runs)))
+    return "".join(f". {note[0].upper()}{note[1:]}" for note in notes if note)
+
+
 def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
@@ -220,21 +254,26 @@ def plot_suite(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     written = []
     for env in sorted({run["env"] for run in runs}):
         fig, ax = plt.subplots(figsize=(8.0, 4.2))
-        algos = sorted({run["algo"] for run in runs if run["env"] == env}, key=lambda a: (a != "ppo", a))
-        for algo in algos:
-            group = [run for run in runs if run["env"] == env and run["algo"] == algo]
-            curves = eval_curves(group)
-            mean = curves.mean(axis=1)
-            low, high = bootstrap_mean_ci(curves.to_numpy().T)
-            color, marker = algo_style(algo)
-            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])})", color=color,
-                            marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4)
-            ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
         task_runs = [run for run in runs if run["env"] == env]
+        algos = sorted({run["algo"] for run in task_runs}, key=lambda a: (a != "ppo", a))
+        twins, counts = identical_to(task_runs), []
+        for algo in algos:
+            group = [run for run in task_runs if run["algo"] == algo]
+            curves = eval_curves(group)
+            counts.append(curves.shape[1])
+            mean = curves.mean(axis=1)
+            color, marker = algo_style(algo)
+            same = f", the same curve as {twins[algo]}" if algo in twins else ""
+            line, = ax.plot(mean.index, mean.to_numpy(), label=f"{algo} ({seeds_label(curves.shape[1])}{same})",
+                            color=color, marker=marker, markersize=3.5, linewidth=2.0 if algo == "ppo" else 1.4,
+                            linestyle="--" if algo in twins else "-")
+            if curves.shape[1] > 1:  # one seed has no band
+                low, high = bootstrap_mean_ci(curves.to_numpy().T)
+                ax.fill_between(mean.index, low, high, alpha=0.18, color=line.get_color(), linewidth=0)
         published = draw_published(ax, task_runs)
         x_label, y_label = axis_names(task_runs)
-        ax.set_title(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - {y_label} (mean over "
-                             f"seeds, 95% bootstrap band)", 8.0), fontsize=9)
+        ax.set_title(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - {y_label} "
+                             f"({band_note(counts)}){figure_notes(task_runs)}", 8.0), fontsize=9)
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
@@ -281,16 +320,72 @@ def draw_published(ax, runs: list[dict]) -> int:
                     capsize=3, label=f"{row['source']}, {row['gymnasium_id']}, {row['seeds']} seeds:\n"
                                      f"last-100 training episodes {row['mean']:.1f} +- {row['std']:.1f}")
         ax.errorbar([x * 1.03], [ours.mean()], yerr=[ours.std()], fmt="o", mfc="white", color=color, markersize=6,
-                    capsize=3, label=f"{row['algo']} here ({len(ours)} seeds), same metric: {ours.mean():.1f} +- "
-                                     f"{ours.std():.1f}")
+                    capsize=3, label=f"{row['algo']} here ({plural(len(ours), 'seed')}), same metric: {ours.mean():.1f}"
+                                     + (f" +- {ours.std():.1f}" if len(ours) > 1 else ""))
     return 2 * len(rows)
 
 
 
 
 def seeds_label(count: int) -> str:
-    """n per curve, marked when it is too small for its interval to mean much."""
-    return f"n={count}" if count >= MIN_SEEDS_FOR_CI else f"n={count} (<{MIN_SEEDS_FOR_CI}: CI unreliable)"
+    """n per curve (a legend entry's; whether its band means much, the title says: band_note)."""
+    return f"n={count}"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def band_note(counts) -> str:
+    """What a figure of mean curves with 95% bootstrap bands over seeds draws, for its title: a band only where a
+    curve has two seeds or more, marked unreliable below MIN_SEEDS_FOR_CI."""
+    counts = {int(n) for n in counts}
+    if counts == {1}:
+        return "one seed per curve, no band"
+    note = "mean over seeds, 95% bootstrap band"
+    if min(n for n in counts if n > 1) < MIN_SEEDS_FOR_CI:
+        note += f", unreliable with fewer than {MIN_SEEDS_FOR_CI} seeds"
+    return note + ("; a curve of one seed has none" if 1 in counts else "")
+
+
+def tuning_steps(name: str) -> int | None:
+    """The trial budget (env steps) of the study whose values conf/tuning/<name>.yaml holds (conf/tune/*.yaml,
+    hydra.sweeper.values_file); None where no study wrote them."""
+    from omegaconf import OmegaConf
+
+    for path in sorted((CONF_ENV.parent / "tune").glob("*.yaml")):
+        study = OmegaConf.load(path)
+        values_file = OmegaConf.select(study, "hydra.sweeper.values_file")
+        if values_file == f"conf/tuning/{name}.yaml" and "total_steps" in study:
+            return int(study.total_steps)
+    return None
+
+
+def run_tunings(runs: list[dict]) -> dict[str, str]:
+    """algo -> the +tuning=<name> its runs' command lines set (each run's .hydra/overrides.yaml), where they all do."""
+    from omegaconf import OmegaConf
+
+    named: dict[str, set] = {}
+    for run in runs:
+        path = Path(run["dir"]) / ".hydra" / "overrides.yaml" if "dir" in run else None
+        overrides = list(OmegaConf.load(path)) if path is not None and path.exists() else []
+        named.setdefault(run["algo"], set()).add(next((o.split("=", 1)[1] for o in overrides
+                                                       if o.startswith("+tuning=")), None))
+    return {algo: names.pop() for algo, names in sorted(named.items()) if len(names) == 1 and None not in names}
+
+
+def tuning_note(runs: list[dict]) -> str:
+    """Where runs took hyperparameters tuned at another budget than theirs (+tuning=<name>), which and at what
+    budget: a suite named after the tuning budget says which budget its name means."""
+    total = max(run["config"]["total_steps"] for run in runs)
+    tunings, notes = run_tunings(runs), []
+    for name in sorted(set(tunings.values())):
+        steps = tuning_steps(name)
+        if steps is not None and steps != total:
+            algos = sorted(algo for algo, tuning in tunings.items() if tuning == name)
+            whose = "" if len(algos) == len({run["algo"] for run in runs}) else f" ({', '.join(algos)})"
+            notes.append(f"hyperparameters{whose} +tuning={name}, tuned on {_format_steps(steps, None)}-step trials")
+    return "; ".join(notes)
 
 
 def budget_text(runs: list[dict]) -> str:
@@ -325,10 +420,7 @@ def axis_names(runs: list[dict]) -> tuple[str, str]:
         return "environment steps", "deterministic evaluation return"
     env = runs[0]["config"]["env"]
     decoding = "sampled" if (env.get("evaluation") or {}).get("kind") == "sampled" else "greedy"
-    if (env.get("kwargs") or {}).get("reward") == "judge":
-        metric = JUDGE_METRIC.get(env["name"], "judge's score")
-    else:
-        metric = "reward model's score"
+    metric = reward_name(env)
     steps = "generated tokens" if steps_are_tokens(runs) else "env steps (generated tokens, a no-op step per response)"
     return steps, f"{metric} of {decoding} responses"
 
@@ -345,11 +437,14 @@ def wrapped(text: str, width_inches: float, fontsize: float = 9) -> str:
     return textwrap.fill(text, width=max(30, int(width_inches * 72 / (0.55 * fontsize))))
 
 
-def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
+def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path, min_seeds: int = 1) -> list[Path]:
     """Per task, one small panel per variant with PPO drawn in each, on a shared y-axis.
 
     The question a reader asks is "this variant against PPO"; seven overlapping bands on one axis
-    cannot answer it. Mean over seeds with a 95% percentile-bootstrap band; n per curve in the legend.
+    cannot answer it. Mean over seeds with a 95% percentile-bootstrap band; each panel's title names its variant
+    (in its colour) and n, the figure's title PPO's n: no legend box over the curves. Only presets with min_seeds
+    seeds or more are compared (the report: MIN_SEEDS_FOR_CI, as its aggregates); a task with no such variant, or
+    too few PPO seeds, gets no figure (an earlier one is removed).
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
@@ -357,24 +452,31 @@ def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]
     written = []
     for env in sorted({run["env"] for run in runs}):
         task_runs = [run for run in runs if run["env"] == env]
-        variants = sorted({run["algo"] for run in task_runs} - {"ppo"})
-        if "ppo" not in {run["algo"] for run in task_runs} or not variants:
+        seeds = {algo: len({run["seed"] for run in task_runs if run["algo"] == algo})
+                 for algo in {run["algo"] for run in task_runs}}
+        variants = sorted(algo for algo, n in seeds.items() if algo != "ppo" and n >= min_seeds)
+        stem = plots_dir / f"{suite}_{env}_vs_ppo"
+        if seeds.get("ppo", 0) < max(1, min_seeds) or not variants:
+            stem.with_name(stem.name + ".png").unlink(missing_ok=True)
             continue
         columns = min(3, len(variants))
         rows = -(-len(variants) // columns)
         fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.7 * rows + 0.5), sharex=True, sharey=True,
                                  squeeze=False)
+        twins, counts = identical_to(task_runs), {}
         for ax, variant in zip(axes.flat, variants):
             for algo in ("ppo", variant):
                 curves = eval_curves([run for run in task_runs if run["algo"] == algo])
+                counts[algo] = curves.shape[1]
                 mean = curves.mean(axis=1)
-                low, high = bootstrap_mean_ci(curves.to_numpy().T)
                 color, marker = algo_style(algo)
                 ax.plot(mean.index, mean.to_numpy(), color=color, marker=marker, markersize=2.5,
-                        linewidth=1.6 if algo == "ppo" else 1.3, label=f"{algo} ({seeds_label(curves.shape[1])})")
-                ax.fill_between(mean.index, low, high, alpha=0.2, color=color, linewidth=0)
-            ax.set_title(variant, fontsize=9, color=algo_color(variant))
-            ax.legend(fontsize=6.5, loc="lower right", frameon=False)
+                        linewidth=1.6 if algo == "ppo" else 1.3)
+                if curves.shape[1] > 1:
+                    low, high = bootstrap_mean_ci(curves.to_numpy().T)
+                    ax.fill_between(mean.index, low, high, alpha=0.2, color=color, linewidth=0)
+            same = f", same curve as {twins[variant]}" if variant in twins else ""
+            ax.set_title(f"{variant} ({seeds_label(counts[variant])}{same})", fontsize=9, color=algo_color(variant))
             ax.grid(alpha=0.3)
             ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
             ax.tick_params(labelbottom=True, labelsize=7)  # every panel readable on its own
@@ -385,10 +487,11 @@ def plot_versus_ppo(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]
             ax.set_ylabel(wrapped(y_label, 2.0, 8), fontsize=8)
         for ax in axes[-1, :]:
             ax.set_xlabel(x_label, fontsize=8)
-        fig.suptitle(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - each variant against "
-                             f"PPO (mean over seeds, 95% bootstrap band)", 3.6 * columns), fontsize=9)
+        fig.suptitle(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - each variant (its panel's "
+                             f"title, in its colour) against PPO (black, {seeds_label(counts['ppo'])}); "
+                             f"{band_note(counts.values())}{figure_notes(task_runs)}", 3.6 * columns), fontsize=9)
         # PNG only: the panels repeat the all-in-one figure's data (whose SVG is there for papers)
-        written += save_figure(fig, plots_dir / f"{suite}_{env}_vs_ppo", suffixes=(".png",), dpi=110)
+        written += save_figure(fig, stem, suffixes=(".png",), dpi=110)
     return written
 
 
@@ -459,6 +562,27 @@ def saturated_tasks(matrices: dict[str, np.ndarray], tasks: list[str]) -> list[s
     separate the presets near the top, so an aggregate flags them."""
     scores = np.concatenate(list(matrices.values()), axis=0)
     return [task for j, task in enumerate(tasks) if np.mean(scores[:, j] >= SATURATED_SCORE) >= 0.5]
+
+
+def task_saturated(task_runs: list[dict]) -> bool:
+    """saturated_tasks' rule for one task of any suite, over all its runs (every preset's seeds): at least half of
+    them end within 2% of the best evaluation any of them reached; judged from MIN_SEEDS_FOR_CI runs on (fewer, and
+    one run's own best is no ceiling)."""
+    if len(task_runs) < MIN_SEEDS_FOR_CI:
+        return False
+    bounds = task_bounds(task_runs)
+    if len(bounds) != 1:
+        return False
+    bound = next(iter(bounds.values()))
+    finals = np.concatenate([normalised(eval_curves(group).iloc[-1].to_numpy(), bound)
+                             for group in group_runs(task_runs).values()])
+    return bool(np.mean(finals >= SATURATED_SCORE) >= 0.5)
+
+
+def saturation_note(task: str, runs: int) -> str:
+    """The flag a figure of a saturated task carries (its title)."""
+    return (f"{task} saturates: at least half of its {runs} runs end within {1 - SATURATED_SCORE:.0%} of the best "
+            f"evaluation any run reached, so it cannot rank the presets near the top")
 
 
 def task_list(tasks: list[str], saturated: list[str]) -> str:
@@ -649,9 +773,9 @@ def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
     )
 
 
-def sensitivity_grids(runs: list[dict]) -> dict[str, dict[tuple[float, float], list[float]]]:
-    """task -> {(outer lr sigma, outer momentum mu): final returns} of an Outer-PPO preset swept over both (a
-    sensitivity suite; different presets are not grid points)."""
+def sensitivity_grids(runs: list[dict]) -> dict[str, tuple[str, dict[tuple[float, float], list[float]]]]:
+    """task -> (preset, {(outer lr sigma, outer momentum mu): final returns}) of an Outer-PPO preset swept over both
+    (a sensitivity suite; different presets are not grid points)."""
     grids = {}
     outer = [run for run in runs if run["config"]["algo"]["algorithm"] == "outer_ppo"]
     for env, algo in sorted({(run["env"], run["algo"]) for run in outer}):
@@ -661,32 +785,51 @@ def sensitivity_grids(runs: list[dict]) -> dict[str, dict[tuple[float, float], l
             key = (float(optimizer["lr"]), float(optimizer["momentum"]))
             cells.setdefault(key, []).append(run["eval"]["eval_return_mean"].iloc[-1])
         if len({k[0] for k in cells}) >= 2 and len({k[1] for k in cells}) >= 2:
-            grids[env] = cells
+            grids[env] = (algo, cells)
     return grids
 
 
+def sensitivity_cells(runs: list[dict], env: str, cells: dict[tuple[float, float], list[float]]) -> dict:
+    """One sensitivity grid's cells: (sigma, mu) -> (mean final return, seeds, at the ceiling: the mean within 2% of
+    the best evaluation any run of the grid reached, where a cell cannot be ranked against another there)."""
+    bounds = task_bounds([run for run in runs if run["env"] == env]).get(env)
+    return {key: (float(np.mean(finals)), len(finals),
+                  bounds is not None and float(normalised(np.mean(finals), bounds)) >= SATURATED_SCORE)
+            for key, finals in sorted(cells.items())}
+
+
 def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
-    """Outer-PPO sensitivity: mean final return over outer lr sigma x outer momentum mu, one heatmap per task."""
+    """Outer-PPO sensitivity: mean final return over outer lr sigma x outer momentum mu, one heatmap per task;
+    cells at the ceiling (sensitivity_cells) marked *."""
     import matplotlib.pyplot as plt
 
     written = []
-    for env, cells in sensitivity_grids(runs).items():
+    for env, (algo, cells) in sensitivity_grids(runs).items():
+        summary = sensitivity_cells(runs, env, cells)
         sigmas, mus = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
         grid = np.full((len(mus), len(sigmas)), np.nan)
-        for (sigma, mu), finals in cells.items():
-            grid[mus.index(mu), sigmas.index(sigma)] = np.mean(finals)
+        for (sigma, mu), (mean, _, _) in summary.items():
+            grid[mus.index(mu), sigmas.index(sigma)] = mean
         fig, ax = plt.subplots(figsize=(1.2 * len(sigmas) + 2.5, 0.9 * len(mus) + 1.8))
         image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
         middle = np.nanmin(grid) + 0.6 * (np.nanmax(grid) - np.nanmin(grid))
-        for (i, j), value in np.ndenumerate(grid):  # dark text on viridis' light yellow end, white elsewhere
-            ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=9,
-                    color="black" if value > middle else "white")
+        for (sigma, mu), (mean, _, ceiling) in summary.items():  # dark text on viridis' yellow end, white elsewhere
+            ax.text(sigmas.index(sigma), mus.index(mu), f"{mean:.0f}{'*' if ceiling else ''}", ha="center",
+                    va="center", fontsize=9, color="black" if mean > middle else "white",
+                    fontweight="bold" if ceiling else "normal")
         ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
         ax.set_yticks(range(len(mus)), [f"{m:g}" for m in mus])
         ax.set_xlabel("outer learning rate sigma")
         ax.set_ylabel("outer Nesterov momentum mu")
-        seeds = len(next(iter(cells.values())))
-        ax.set_title(f"{env}: Outer-PPO final eval return (mean of {seeds} seeds)", fontsize=10)
+        task_runs = [run for run in runs if run["env"] == env]
+        seeds = sorted({n for _, n, _ in summary.values()})
+        ceiling = sum(c for _, _, c in summary.values())
+        mark = (f"; * {plural(ceiling, 'cell')} at the ceiling: mean within {1 - SATURATED_SCORE:.0%} of the best "
+                f"evaluation any run reached, not ranked against each other" if ceiling else "")
+        ax.set_title(wrapped(f"{suite}: {env_title(task_runs)}, {budget_text(task_runs)} - "
+                             f"{algo}'s final eval return, mean of "
+                             f"{'-'.join(map(str, seeds))} seeds per cell{mark}", 1.2 * len(sigmas) + 2.5, 10),
+                     fontsize=10)
         fig.colorbar(image, ax=ax, label="final eval return")
         written += save_figure(fig, plots_dir / f"{suite}_{env}_sensitivity")
     return written
@@ -724,39 +867,76 @@ def kl_coef(run: dict) -> float | None:
     return None if penalty is None else float(penalty["coef"])
 
 
+def reward_is_judge(runs: list[dict]) -> bool:
+    """Token tasks whose training reward is their judge's score (env kwargs reward: judge): reward model and true
+    objective are one score, so a frontier has one panel and no reward hacking can show."""
+    return all((run["config"]["env"].get("kwargs") or {}).get("reward") == "judge" for run in runs)
+
+
+def reward_name(env: dict) -> str:
+    """What a token task's training reward scores, by its own name (JUDGE_METRIC where the reward is its judge)."""
+    if (env.get("kwargs") or {}).get("reward") == "judge":
+        return JUDGE_METRIC.get(env["name"], "judge's score")
+    return "reward model's score"
+
+
+def judge_name(env: dict) -> str:
+    return JUDGE_METRIC.get(env["name"], "judge's score")
+
+
+def frontier_lines(runs: list[dict]) -> dict[tuple[str, float], list]:
+    """(preset, KL coefficient) -> its runs, PPO first: the lines of a task's KL frontier."""
+    lines: dict[tuple[str, float], list] = {}
+    for run in runs:
+        lines.setdefault((run["algo"], kl_coef(run)), []).append(run)
+    return dict(sorted(lines.items(), key=lambda item: (item[0][0] != "ppo", item[0])))
+
+
 def plot_kl_frontier(runs: list[dict], suite: str, plots_dir: Path) -> list[Path]:
     """Token tasks: the RLHF frontier, reward against KL to the reference, one line per (preset, KL coefficient).
 
-    Each point is one rollout, the mean over seeds of its finished responses' reward-model score
-    (episode_return_mean) and KL estimate (kl_to_reference); the line runs from the start (KL 0) to the end of
-    training (a larger marker). A second panel draws the judge's score (episode_judge), where a task has one:
-    reward hacking is the reward model's score rising while the judge's falls."""
+    Each point is one rollout, the mean over seeds of its finished responses' reward (episode_return_mean) and KL
+    estimate (kl_to_reference); the line runs from the start (KL 0) to the end of training (a larger marker). A
+    second panel draws the judge's score (episode_judge), where a task's reward is not its judge: reward hacking is
+    the reward model's score rising while the judge's falls. No interval is drawn: n in the legend."""
     import matplotlib.pyplot as plt
 
     written = []
     token_runs = [run for run in runs if kl_coef(run) is not None]
     for env in sorted({run["env"] for run in token_runs}):
-        lines: dict[tuple[str, float], list[pd.DataFrame]] = {}
-        for run in (r for r in token_runs if r["env"] == env):
-            lines.setdefault((run["algo"], kl_coef(run)), []).append(read_csv_complete_rows(run["dir"] / "train.csv"))
-        has_judge = all("episode_judge" in log for logs in lines.values() for log in logs)
-        fig, axes = plt.subplots(1, 2 if has_judge else 1, figsize=(11.0 if has_judge else 6.0, 4.2), squeeze=False)
+        task_runs = [run for run in token_runs if run["env"] == env]
+        lines = {key: [read_csv_complete_rows(run["dir"] / "train.csv") for run in group]
+                 for key, group in frontier_lines(task_runs).items()}
+        judged = all("episode_judge" in log for logs in lines.values() for log in logs)
+        same_score = reward_is_judge(task_runs) or (judged and all(
+            np.allclose(log["episode_return_mean"], log["episode_judge"], equal_nan=True)
+            for logs in lines.values() for log in logs))
+        two_panels = judged and not same_score
+        fig, axes = plt.subplots(1, 2 if two_panels else 1, figsize=(11.0 if two_panels else 6.0, 4.2), squeeze=False)
         several_coefs = len({coef for _, coef in lines}) > 1
-        for (algo, coef), logs in sorted(lines.items(), key=lambda item: (item[0][0] != "ppo", item[0])):
+        drawn: dict[str, pd.DataFrame] = {}
+        for (algo, coef), logs in lines.items():
             mean = pd.concat(logs).groupby("iteration").mean(numeric_only=True)
             color, marker = algo_style(algo)
-            label = f"{algo}, KL coef {coef:g} ({seeds_label(len(logs))})" if several_coefs else \
-                f"{algo} ({seeds_label(len(logs))})"
-            style = {"color": color, "linestyle": "-" if coef > 0 or not several_coefs else "--", "linewidth": 1.4}
+            name = f"{algo}, KL coef {coef:g}" if several_coefs else algo
+            columns = ["kl_to_reference", "episode_return_mean", *(["episode_judge"] if judged else [])]
+            twin = next((other for other, line in drawn.items() if line.equals(mean[columns])), None)
+            drawn[name] = mean[columns]
+            label = f"{name} ({seeds_label(len(logs))}{f', the same line as {twin}' if twin else ''})"
+            dashed = twin is not None or (several_coefs and coef <= 0)
+            style = {"color": color, "linestyle": "--" if dashed else "-", "linewidth": 1.4}
             for ax, column in zip(axes[0], ("episode_return_mean", "episode_judge")):
                 ax.plot(mean["kl_to_reference"], mean[column], label=label, **style)
                 ax.plot(mean["kl_to_reference"].iloc[-1], mean[column].iloc[-1], marker=marker, markersize=8,
                         color=color)
-        env_id = next(run for run in token_runs if run["env"] == env)["config"]["env"]["id"]
-        axes[0][0].set_ylabel("reward model's score (normalised)")
-        axes[0][0].set_title(f"{suite}: {env_id.split(':')[-1]} - reward against KL to the reference", fontsize=9)
-        if has_judge:
-            axes[0][1].set_ylabel("judge's score (the true objective)")
+        env_config = task_runs[0]["config"]["env"]
+        reward = reward_name(env_config)
+        axes[0][0].set_ylabel(reward + (" (normalised)" if reward == "reward model's score" else ""))
+        what = "the reward (the judge's own score)" if same_score else "reward"
+        axes[0][0].set_title(wrapped(f"{suite}: {env_title(task_runs)} - {what} of the rollout's responses against "
+                                     f"KL to the reference, mean over seeds per rollout", 4.6), fontsize=9)
+        if two_panels:
+            axes[0][1].set_ylabel(f"{judge_name(env_config)} (the true objective)")
             axes[0][1].set_title("the judge's score of the same responses", fontsize=9)
         for ax in axes[0]:
             ax.set_xlabel("KL to the reference per response (nats, sampled estimate)")
@@ -810,7 +990,8 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
             written += plot_aggregate(aggregate, runs, suite, out / "plots")
             written += plot_sample_efficiency(runs, suite, out / "plots")
     if plots:
-        written += plot_suite(runs, suite, out / "plots") + plot_versus_ppo(runs, suite, out / "plots") + frontier
+        written += plot_suite(runs, suite, out / "plots") + frontier
+        written += plot_versus_ppo(runs, suite, out / "plots", min_seeds=MIN_SEEDS_FOR_CI)
     return f"{suite}: {len(runs)} runs -> tables/{suite}*.md, .csv and {len(written)} plot files{note}"
 
 
@@ -842,6 +1023,9 @@ def suite_stamp(suite_dir: Path) -> str:
     digest = hashlib.sha256()
     tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
     digest.update(json.dumps({task: random_score(task) for task in tasks}).encode())  # what normalises its scores
+    tunings = sorted({line.split("=", 1)[1].strip() for path in suite_dir.rglob(".hydra/overrides.yaml")
+                      for line in path.read_text().splitlines() if line.startswith("- +tuning=")})
+    digest.update(json.dumps({name: tuning_steps(name) for name in tunings}).encode())  # what its titles say of them
     root = RESULTS.parent
     for path in [*REPORT_INPUTS, *sorted(p for p in suite_dir.rglob("*") if p.is_file() and is_committed_kind(p))]:
         digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
@@ -951,13 +1135,22 @@ CURRENT_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf", "rlhf_kl", "defa
 
 def figures_page(out: Path, suites: list[Path], drawn: Path | None = None) -> str:
     """results/figures.md: every figure of these suites, each with one line of what it reads (its title says what
-    it shows), from the tables beside it; so the page regenerates byte for byte with them. A figure is listed
-    where it is in `drawn` (default: out; a check of tables made without figures points it at results/)."""
+    it shows), from the tables beside it and the suites' run configs (summary.json); so the page regenerates byte
+    for byte with them. A figure is listed where it is in `drawn` (default: out; a check of tables made without
+    figures points it at results/)."""
     lines = ["# Figures", "",
              "Every figure `python -m benchmarks.report` makes from the runs under `runs/`, each with what it reads. "
-             "Each suite's section links its table; numbers are final evaluation returns, mean over seeds. "
+             "Each suite's section links its table; numbers are final evaluation scores, mean over seeds: the "
+             "deterministic evaluation return on control tasks, on token tasks the score the caption names. Each "
+             "figure's title says whether it draws bands (95% bootstrap over seeds, where a curve has two or more). "
+             f"Panels against PPO and P(improve over PPO) are drawn for presets with at least {MIN_SEEDS_FOR_CI} "
+             f"seeds, as the aggregates require. A task saturates where at least half of its runs end within "
+             f"{1 - SATURATED_SCORE:.0%} of the best evaluation any run reached: it cannot rank the presets near the "
+             "top, and its figures say so.", "",
              "Aggregates normalise each task from its random_score (0; conf/env says how it was measured) to the "
-             "best evaluation any run of the suite reached on it (1).", "",
+             "best evaluation any run of the suite reached on it (1). Each aggregate's sample-efficiency figure draws "
+             "the same normalised scores at every evaluation: their IQM over tasks and seeds with its 95% "
+             "stratified-bootstrap CI, how fast each preset learns across tasks.", "",
              "No figure draws wall time: these runs shared the machine with other runs. Speed is measured by "
              "`python -m benchmarks.speed.throughput` and `python -m benchmarks.speed.seed_throughput`.", ""]
     by_name = {suite.name: suite for suite in suites}
@@ -973,32 +1166,161 @@ def figures_page(out: Path, suites: list[Path], drawn: Path | None = None) -> st
 def seed_counts(seeds: pd.Series) -> str:
     """n of each preset's curve, once when they are all alike."""
     counts = {int(n) for n in seeds}
-    return f"n = {counts.pop()} seeds each" if len(counts) == 1 else \
-        "n = " + ", ".join(f"{algo} {int(n)}" for algo, n in seeds.items())
+    if len(counts) == 1:
+        count = counts.pop()
+        return f"n = {plural(count, 'seed')}" + (" each" if len(seeds) > 1 else "")
+    return "n = " + ", ".join(f"{algo} {int(n)}" for algo, n in seeds.items())
+
+
+def score_texts(values) -> list[str]:
+    """Scores as captions quote them: three significant digits and at least one decimal, more where two different
+    values would otherwise read alike (0.834 and 0.677; 2.147 and 2.085; 2022.0)."""
+    import math
+
+    values = [float(v) for v in values]
+
+    def text(value: float, digits: int) -> str:
+        magnitude = math.floor(math.log10(abs(value))) if value else digits
+        return f"{value:.{max(1, digits - 1 - magnitude)}f}"
+
+    for digits in range(3, 10):
+        texts = [text(v, digits) for v in values]
+        if len(set(texts)) == len(set(values)):
+            break
+    return texts
+
+
+def joined(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def run_summaries(suite_dir: Path) -> list[dict]:
+    """env, algo, seed, dir and config of every complete run of a suite, from its summary.json (no log is read)."""
+    from benchmarks.runs import read_summary, why_not_complete
+
+    summaries = []
+    for path in sorted(Path(suite_dir).rglob("summary.json")):
+        summary = read_summary(path.parent)
+        if ".hydra" not in path.parts and why_not_complete(summary) is None and all(
+                key in summary for key in ("env", "algo", "seed", "config")):
+            summaries.append({key: summary[key] for key in ("env", "algo", "seed", "config")} | {"dir": path.parent})
+    return summaries
+
+
+def task_caption(task: str, rows: pd.DataFrame, metric: str, versus_missing: bool, note: str = "") -> str:
+    """One task's figure: n, the highest final mean (every preset tied at it), PPO's, presets whose curves coincide,
+    saturation, the note its title carries on its hyperparameters (tuning_note), and why no panels against PPO
+    follow where they do not."""
+    means = rows["final_mean"].astype(float)
+    best = [algo for algo in rows.index if means[algo] == means.max()]
+    ppo_apart = "ppo" in rows.index and "ppo" not in best  # PPO's mean quoted beside the best
+    quoted = [best[0]] + (["ppo"] if ppo_apart else [])
+    texts = dict(zip(quoted, score_texts(means[quoted])))
+    head = f"{task}{f' ({metric})' if metric else ''}, {seed_counts(rows['seeds'])}: "
+    if len(rows) == 1:
+        body = f"final mean {texts[best[0]]}."
+    else:
+        body = (f"highest final mean {best[0]} {texts[best[0]]}" if len(best) == 1 else
+                f"highest final mean, tied at {texts[best[0]]}: {', '.join(best)}")
+        body += f"; PPO {texts['ppo']}." if ppo_apart else "."
+    if note:
+        body += f" {note[0].upper()}{note[1:]}."
+    clusters = []
+    if "same_eval_as" in rows:
+        for algo, others in rows["same_eval_as"].items():
+            cluster = sorted({algo, *(others.split() if isinstance(others, str) else [])})
+            if len(cluster) > 1 and cluster not in clusters:
+                clusters.append(cluster)
+    for cluster in clusters:
+        body += f" {joined(cluster)} coincide: the same evaluations in every seed."
+    if "saturated" in rows and rows["saturated"].astype(bool).any():
+        body += (f" {task} saturates: at least half of its runs end within {1 - SATURATED_SCORE:.0%} of the best "
+                 f"evaluation any run reached.")
+    if versus_missing:
+        body += (f" No panels against PPO: fewer than {MIN_SEEDS_FOR_CI} seeds per preset, too few for "
+                 f"P(improve over PPO).")
+    return head + body
+
+
+def frontier_caption(task: str, task_runs: list[dict]) -> str:
+    """A KL frontier: which presets and KL coefficients it compares, n, and what its panels can show."""
+    lines = frontier_lines(task_runs)
+    algos = list(dict.fromkeys(algo for algo, _ in lines))
+    coefs = sorted({coef for _, coef in lines})
+    if len(coefs) > 1:
+        compared = "; ".join(
+            f"{algo} at KL coefficient{'s' * (len([c for a, c in lines if a == algo]) > 1)} "
+            f"{joined([f'{c:g}' + (' (dashed)' if c == 0 else '') for a, c in lines if a == algo])}"
+            for algo in algos)
+    else:
+        compared = f"{joined(algos)} at KL coefficient {coefs[0]:g}"
+    counts = {len(group) for group in lines.values()}
+    n = (f"n = {plural(counts.pop(), 'seed')} each" if len(counts) == 1 else
+         "n = " + ", ".join(f"{algo} {coef:g}: {len(group)}" for (algo, coef), group in lines.items()))
+    env = task_runs[0]["config"]["env"]
+    points = ("against their KL to the reference, one point per rollout (mean over seeds) from the start (KL 0) to "
+              "the end (large marker)")
+    if reward_is_judge(task_runs):
+        return (f"{task}, {compared}, {n}: the {reward_name(env)} of each rollout's responses {points}. The training "
+                f"reward is the judge's own score, so one panel: no reward hacking can show.")
+    return (f"{task}, {compared}, {n}: the reward model's score (left) and the {judge_name(env)} (right) of each "
+            f"rollout's responses {points}; reward hacking would show as the reward model's score rising while the "
+            f"judge's falls.")
+
+
+def sensitivity_caption(task: str, runs: list[dict]) -> str:
+    """A sensitivity heatmap: its preset, grid, seeds and budget, the lowest cell and the cells at the ceiling."""
+    algo, cells = sensitivity_grids(runs)[task]
+    summary = sensitivity_cells(runs, task, cells)
+    sigmas, mus = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
+    seeds = "-".join(map(str, sorted({n for _, n, _ in summary.values()})))
+    low = min(summary, key=lambda key: summary[key][0])
+    high = max(summary, key=lambda key: summary[key][0])
+    ceiling = [key for key, (_, _, at) in summary.items() if at]
+    quoted = [low, *(ceiling or [high])]
+    texts = dict(zip(quoted, score_texts([summary[key][0] for key in quoted])))
+    cell = "sigma {:g}, mu {:g}".format
+    text = (f"{task}, {algo}'s final evaluation return (mean of {seeds} seeds, {budget_text(runs)}) for each outer "
+            f"learning rate sigma ({', '.join(f'{v:g}' for v in sigmas)}) and Nesterov momentum mu "
+            f"({', '.join(f'{v:g}' for v in mus)}): lowest {texts[low]} ({cell(*low)})")
+    if ceiling:
+        return text + (f"; {plural(len(ceiling), 'cell')} (*) at the ceiling, within {1 - SATURATED_SCORE:.0%} of the "
+                       f"best evaluation any run reached, where the grid cannot rank them: "
+                       f"{'; '.join(f'{cell(*key)} ({texts[key]})' for key in ceiling)}.")
+    return text + f"; highest {texts[high]} ({cell(*high)})."
 
 
 def suite_figures(out: Path, suite: str, suite_dir: Path, drawn: Path) -> list[str]:
     lines = [f"## {suite}", ""]
+    summaries = run_summaries(suite_dir)
     table_path = out / "tables" / f"{suite}.csv"
     if table_path.exists():
         lines += [f"Table: [tables/{suite}.md](tables/{suite}.md).", ""]
         table = pd.read_csv(table_path)
         for task in sorted(table["task"].unique()):
             rows = table[table["task"] == task].set_index("algo")
-            best = rows["final_mean"].idxmax()
-            ppo = f"; PPO {rows.loc['ppo', 'final_mean']:.1f}" if "ppo" in rows.index and best != "ppo" else ""
+            task_runs = [run for run in summaries if run["env"] == task]
+            metric = axis_names(task_runs)[1] if task_runs and is_token_task(task_runs) else ""
+            versus = f"plots/{suite}_{task}_vs_ppo.png"
+            compared = [a for a in rows.index if a != "ppo" and rows.loc[a, "seeds"] >= MIN_SEEDS_FOR_CI]
+            ppo_seeds = rows.loc["ppo", "seeds"] if "ppo" in rows.index else 0
+            versus_missing = len(rows) > 1 and "ppo" in rows.index and not (drawn / versus).exists() and (
+                ppo_seeds < MIN_SEEDS_FOR_CI or not compared)
             figure = f"plots/{suite}_{task}.png"
             if (drawn / figure).exists():
+                note = tuning_note(task_runs) if task_runs else ""
                 lines += [f"![{suite} {task}]({figure})", "",
-                          f"{task}, {seed_counts(rows['seeds'])}: highest final mean {best} "
-                          f"{rows.loc[best, 'final_mean']:.1f}{ppo}.", ""]
-            versus = f"plots/{suite}_{task}_vs_ppo.png"
+                          task_caption(task, rows, metric, versus_missing, note), ""]
             if (drawn / versus).exists() and "poi_ci_low" in rows:
-                above = [a for a in rows.index if rows.loc[a, "poi_ci_low"] > 0.5]
-                below = [a for a in rows.index if rows.loc[a, "poi_ci_high"] < 0.5]
+                above = [a for a in compared if rows.loc[a, "poi_ci_low"] > 0.5]
+                below = [a for a in compared if rows.loc[a, "poi_ci_high"] < 0.5]
+                score = "score" if metric else "return"
+                left = [a for a in rows.index if a != "ppo" and a not in compared]
+                skipped = f" ({', '.join(left)}: fewer than {MIN_SEEDS_FOR_CI} seeds, not drawn)" if left else ""
                 lines += [f"![{suite} {task} vs PPO]({versus})", "",
-                          f"{task}, P(final return > PPO's) with its 95% CI above 0.5: {', '.join(above) or 'none'}; "
-                          f"below 0.5: {', '.join(below) or 'none'}.", ""]
+                          f"{task}, P(final {score} > PPO's) with its 95% CI above 0.5: {', '.join(above) or 'none'}; "
+                          f"below 0.5: {', '.join(below) or 'none'}{skipped}.", ""]
     aggregate_path = out / "tables" / f"{suite}_aggregate.csv"
     if aggregate_path.exists() and (drawn / "plots" / f"{suite}_aggregate.png").exists():
         agg = pd.read_csv(aggregate_path, keep_default_na=False).set_index("algo")
@@ -1008,24 +1330,25 @@ def suite_figures(out: Path, suite: str, suite_dir: Path, drawn: Path) -> list[s
         below = [a for a in agg.index if a != "ppo" and float(agg.loc[a, "poi_ci_high"]) < 0.5]
         flag = (f" {', '.join(saturated)} saturate{'s' * (len(saturated) == 1)}: at least half of the runs end "
                 f"within {1 - SATURATED_SCORE:.0%} of the best." if saturated else "")
+        seeds = int(agg["seeds_per_task"].min())
         lines += [f"![{suite} aggregate](plots/{suite}_aggregate.png)", "",
-                  f"{len(tasks)} tasks x {int(agg['seeds_per_task'].min())} seeds: highest IQM {best} "
+                  f"{len(tasks)} tasks x {plural(seeds, 'seed')}: highest IQM {best} "
                   f"{float(agg.loc[best, 'iqm']):.3f} [{float(agg.loc[best, 'iqm_ci_low']):.3f}, "
                   f"{float(agg.loc[best, 'iqm_ci_high']):.3f}]; P(improve over PPO) CI above 0.5: "
                   f"{', '.join(above) or 'none'}; below 0.5: {', '.join(below) or 'none'}.{flag}", ""]
         if (drawn / "plots" / f"{suite}_sample_efficiency.png").exists():
             lines += [f"![{suite} sample efficiency](plots/{suite}_sample_efficiency.png)", "",
-                      "The aggregate's tasks and seeds at every evaluation: how fast each preset learns across "
-                      "tasks (the AUC claims compare the area under each run's curve).", ""]
+                      f"The aggregate above at every evaluation: {len(agg)} presets, {len(tasks)} tasks "
+                      f"({task_list(tasks, saturated)}) x {plural(seeds, 'seed')}.", ""]
     tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
     for task in tasks:
         if (drawn / "plots" / f"{suite}_{task}_kl_frontier.png").exists():
+            task_runs = [run for run in summaries if run["env"] == task and kl_coef(run) is not None]
             lines += [f"![{suite} {task} KL frontier](plots/{suite}_{task}_kl_frontier.png)", "",
-                      f"{task}, one point per rollout (mean over seeds) from the start (KL 0) to the end (large "
-                      f"marker): reward hacking shows as the reward model's score rising while the judge's falls.", ""]
+                      frontier_caption(task, task_runs), ""]
         if (drawn / "plots" / f"{suite}_{task}_sensitivity.png").exists():
             lines += [f"![{suite} {task} sensitivity](plots/{suite}_{task}_sensitivity.png)", "",
-                      f"{task}, each cell a mean over seeds; the spread is in the suite's runs.", ""]
+                      sensitivity_caption(task, load_runs(suite_dir / task)), ""]
     return lines
 
 

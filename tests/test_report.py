@@ -38,18 +38,18 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     assert not list((tmp_path / "a").rglob("tiny_suite_sample_efficiency*"))
     # wall time is measured for timing (benchmarks.speed.throughput), not drawn from runs sharing a machine
     assert not list((tmp_path / "a" / "plots").glob("*wall_time*"))
-    # the variant-against-PPO panels: regenerate byte-identically, mark n < 5, use the algorithm's own colour
+    # the figure regenerates byte-identically; two seeds per preset get no panels against PPO (5 needed)
     from benchmarks.report import figures_page
 
     page = figures_page(tmp_path / "a", [suite])  # every figure with its reading, from the tables beside it
     assert "![tiny_suite CartPole](plots/tiny_suite_CartPole.png)" in page and "CartPole, n = 2 seeds each" in page
-    assert "aggregate" not in page
+    assert "_aggregate.png" not in page and "No panels against PPO: fewer than 5 seeds per preset" in page
     assert filecmp.cmp(tmp_path / "a" / "plots" / "tiny_suite_CartPole.png",
                        tmp_path / "b" / "plots" / "tiny_suite_CartPole.png", shallow=False)
-    versus = tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png"
-    assert filecmp.cmp(versus, tmp_path / "b" / "plots" / versus.name, shallow=False)
+    assert not (tmp_path / "a" / "plots" / "tiny_suite_CartPole_vs_ppo.png").exists()
     svg = (tmp_path / "a" / "plots" / "tiny_suite_CartPole.svg").read_text()
-    assert "n=2 (&lt;5: CI unreliable)" in svg and "#4477aa" in svg  # outer_ppo_lr's colour (ALGO_STYLE)
+    assert "outer_ppo_lr (n=2)" in svg and "unreliable" in svg  # n in the legend, the band's caveat in the title
+    assert "#4477aa" in svg  # outer_ppo_lr's colour (ALGO_STYLE)
 
 
 def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config, tmp_path):
@@ -371,6 +371,137 @@ def test_an_algorithm_keeps_its_colour_whatever_else_a_report_holds(monkeypatch,
         colours.append({line.get_label().split(" ")[0]: matplotlib.colors.to_hex(line.get_color()) for line in lines})
     assert colours[0]["hp3o"] == colours[1]["hp3o"] == report.algo_color("hp3o").lower()
     assert colours[0]["ppo"] != colours[1]["my_variant"]
+
+
+def test_a_saturated_task_is_flagged_in_its_figures_and_panels_against_ppo_need_five_seeds(monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    def runs_of(algos, seeds, final):
+        return [{**fake_run("CartPole", algo, seed, [0, 1000], [20.0, final(algo, seed)]),
+                 "config": {"env": {"id": "CartPole-v1"}, "total_steps": 1000}}
+                for algo in algos for seed in range(seeds)]
+
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+    capped = runs_of(["ppo", "hp3o"], 5, lambda algo, seed: 500.0 if seed < 3 else 300.0 + (algo == "ppo"))
+    assert report.task_saturated(capped) and not report.task_saturated(capped[:4])  # 4 runs: no ceiling to judge
+    report.plot_suite(capped, "s", tmp_path)
+    report.plot_versus_ppo(capped, "s", tmp_path, min_seeds=5)
+    suite_title, versus_title = drawn[0].axes[0].get_title(), drawn[1]._suptitle.get_text()
+    for title in (suite_title, versus_title):
+        assert "CartPole saturates" in title.replace("\n", " ") and "bootstrap band" in title
+    assert drawn[1].axes[0].get_legend() is None and drawn[1].axes[0].get_title() == "hp3o (n=5)"
+    # one seed each: no band, no "95% bootstrap band" in the title, and no panels against PPO (a stale one goes)
+    drawn.clear()
+    single = runs_of(["ppo", "hp3o"], 1, lambda algo, seed: 100.0 + (algo == "ppo"))
+    (tmp_path / "s_CartPole_vs_ppo.png").write_bytes(b"stale")
+    assert report.plot_versus_ppo(single, "s", tmp_path, min_seeds=5) == []
+    assert not (tmp_path / "s_CartPole_vs_ppo.png").exists()
+    report.plot_suite(single, "s", tmp_path)
+    assert "one seed per curve, no band" in drawn[0].axes[0].get_title() and not drawn[0].axes[0].collections
+    assert report.band_note([3, 3]) == "mean over seeds, 95% bootstrap band, unreliable with fewer than 5 seeds"
+
+
+def test_two_presets_with_the_same_curves_are_drawn_and_said_to_coincide(monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    runs = [{**fake_run("Acrobot", algo, seed, [0, 1000], [-500.0, -100.0 - seed - 10 * (algo == "ppo")]),
+             "config": {"env": {"id": "Acrobot-v1"}, "total_steps": 1000}}
+            for algo in ("ppo", "hp3o", "hp3o_plus") for seed in range(2)]
+    assert report.identical_to(runs) == {"hp3o_plus": "hp3o"}
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+    report.plot_suite(runs, "s", tmp_path)
+    labels = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert "hp3o_plus (n=2, the same curve as hp3o)" in labels
+    rows = pd.DataFrame({"algo": ["hp3o", "hp3o_plus", "ppo"], "seeds": [5, 5, 5], "final_mean": [0.834, 0.834, 0.677],
+                         "saturated": [False] * 3, "same_eval_as": ["hp3o_plus", "hp3o", None]}).set_index("algo")
+    caption = report.task_caption("T", rows, "fraction right", versus_missing=False)
+    assert caption == ("T (fraction right), n = 5 seeds each: highest final mean, tied at 0.834: hp3o, hp3o_plus; "
+                       "PPO 0.677. hp3o and hp3o_plus coincide: the same evaluations in every seed.")
+
+
+def test_captions_quote_scores_with_enough_digits_and_say_what_a_single_preset_or_seed_gives():
+    from benchmarks.report import score_texts, task_caption
+
+    assert score_texts([0.834, 0.677]) == ["0.834", "0.677"]
+    assert score_texts([2.147, 2.085]) == ["2.15", "2.08"]
+    assert score_texts([2.147, 2.145]) == ["2.147", "2.145"]  # different values never read alike
+    assert score_texts([2022.0, -82.5, 500.0]) == ["2022.0", "-82.5", "500.0"]
+    one = pd.DataFrame({"algo": ["ppo"], "seeds": [1], "final_mean": [1889.9]}).set_index("algo")
+    assert task_caption("HalfCheetah", one, "", versus_missing=False) == "HalfCheetah, n = 1 seed: final mean 1889.9."
+    two = pd.DataFrame({"algo": ["outer_ppo", "ppo"], "seeds": [1, 1], "final_mean": [-1.6, 1889.9]}).set_index("algo")
+    caption = task_caption("HalfCheetah", two, "", versus_missing=True)
+    assert caption.startswith("HalfCheetah, n = 1 seed each: highest final mean ppo 1889.9. No panels against PPO")
+
+
+def test_a_token_task_whose_reward_is_its_judge_gets_one_frontier_panel_in_its_own_metric(monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import benchmarks.report as report
+
+    def runs_of(task, reward, coefs=(0.05,)):
+        runs = []
+        for coef in coefs:
+            for seed in range(2):
+                run_dir = tmp_path / task / f"{coef}" / f"seed{seed}"
+                run_dir.mkdir(parents=True)
+                score = [0.3, 0.5, 0.7 + coef]
+                pd.DataFrame({"iteration": [0, 1, 2], "kl_to_reference": [0.0, 0.1, 0.2], "episode_return_mean": score,
+                              "episode_judge": score if reward == "judge" else [0.3, 0.2, 0.1]}).to_csv(
+                    run_dir / "train.csv", index=False)
+                env = {"id": f"benchmarks.rlhf.env:RLHF/{task}-v0", "name": f"RLHF{task}", "family": "rlhf",
+                       "kwargs": {"reward": reward}, "kl_penalty": {"coef": coef}}
+                runs.append({"env": f"RLHF{task}", "algo": "ppo", "seed": seed, "dir": run_dir,
+                             "config": {"env": env, "total_steps": 2048}})
+        return runs
+
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, stem, **_: drawn.append(fig) or [stem])
+    arithmetic, praise = runs_of("Arithmetic", "judge"), runs_of("Praise", "model", coefs=(0.0, 0.05))
+    report.plot_kl_frontier(arithmetic + praise, "rlhf", tmp_path)
+    one, two = drawn
+    assert len(one.axes) == 1 and one.axes[0].get_ylabel() == "fraction right"
+    assert len(two.axes) == 2 and two.axes[0].get_ylabel() == "reward model's score (normalised)"
+    assert {t.get_text() for t in two.axes[1].get_legend().get_texts()} == {"ppo, KL coef 0 (n=2)",
+                                                                            "ppo, KL coef 0.05 (n=2)"}
+    assert "no reward hacking can show" in report.frontier_caption("RLHFArithmetic", arithmetic)
+    caption = report.frontier_caption("RLHFPraise", praise)
+    assert caption.startswith("RLHFPraise, ppo at KL coefficients 0 (dashed) and 0.05, n = 2 seeds each: ")
+    assert "rising while the judge's falls" in caption
+
+
+def test_a_suite_named_after_its_tuning_budget_says_so_where_its_runs_go_further(tmp_path):
+    from benchmarks.report import tuning_note
+
+    def run(algo, tuning, total_steps):
+        run_dir = tmp_path / algo / f"{tuning}_{total_steps}"
+        (run_dir / ".hydra").mkdir(parents=True)
+        tuned = f"- +tuning={tuning}\n" if tuning else ""
+        (run_dir / ".hydra" / "overrides.yaml").write_text(f"- algo={algo}\n{tuned}")
+        return {"algo": algo, "dir": run_dir, "config": {"total_steps": total_steps}}
+
+    assert tuning_note([run("ppo", "mujoco_300k", 1000000), run("outer_ppo", "mujoco_300k", 1000000)]) == \
+        "hyperparameters +tuning=mujoco_300k, tuned on 300k-step trials"
+    assert tuning_note([run("ppo", "mujoco_100k", 1000000), run("outer_ppo", None, 1000000)]) == \
+        "hyperparameters (ppo) +tuning=mujoco_100k, tuned on 100k-step trials"
+    assert tuning_note([run("ppo", "mujoco_300k", 300000)]) == ""  # run at the budget it was tuned at
+
+
+def test_a_sensitivity_cell_at_the_ceiling_is_marked():
+    from benchmarks.report import sensitivity_cells
+
+    runs = [fake_run("CartPole", "outer_ppo_nesterov", seed, [0, 1000], [20.0, final])
+            for seed, final in enumerate([500.0, 500.0, 200.0, 495.0])]
+    cells = sensitivity_cells(runs, "CartPole", {(0.5, 0.0): [500.0, 495.0], (1.0, 0.0): [500.0, 200.0]})
+    assert cells == {(0.5, 0.0): (497.5, 2, True), (1.0, 0.0): (350.0, 2, False)}
 
 
 # The committed results: what they say is what the committed runs and report code make (no training).
