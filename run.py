@@ -43,13 +43,9 @@ def main(cfg: DictConfig) -> float | None:
     from benchmarks.engine.logger import write_json_atomic
 
     # heavy imports only after the config is known good
-    from benchmarks.engine.trainer import (
-        CheckpointError,
-        NonFiniteError,
-        RunLockedError,
-        TrainingInterrupted,
-        train,
-    )
+    from benchmarks.engine.checkpoint import CheckpointError
+    from benchmarks.engine.run_dir import RunLockedError
+    from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted, train
 
     if cfg.seeds is not None:
         return main_batch(cfg, Path(HydraConfig.get().runtime.output_dir))
@@ -132,7 +128,9 @@ def disk_full(error: BaseException) -> DiskFullError | None:
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
-    from benchmarks.engine.trainer import CheckpointError, NonFiniteError, RunLockedError, TrainingInterrupted
+    from benchmarks.engine.checkpoint import CheckpointError
+    from benchmarks.engine.run_dir import RunLockedError
+    from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
     where = run_dirs[0].parent  # where the seeds' directories are
@@ -232,7 +230,7 @@ def start_afresh(run_dir: Path) -> None:
     process is left alone (the training then refuses it with one line)."""
     import shutil
 
-    from benchmarks.engine.trainer import RunLockedError, run_lock
+    from benchmarks.engine.run_dir import RunLockedError, run_lock
 
     if not run_dir.is_dir():
         return
@@ -259,7 +257,7 @@ def is_recorded_failure(run_dir: Path) -> bool:
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
     from benchmarks.runs import read_summary
-    from benchmarks.engine.trainer import numbers_relevant
+    from benchmarks.engine.config import numbers_relevant
 
     summary = read_summary(run_dir)
     if summary["status"] != "complete":

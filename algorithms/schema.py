@@ -109,7 +109,7 @@ def mapping_of_mappings(what: str) -> Check:
 @dataclass(frozen=True)
 class Before:
     """In a key's annotation: the key was added after runs were stored, and `value` is what it had, in effect,
-    in those runs (benchmarks/engine/trainer.py with_later_keys fills it into their configs, so that they
+    in those runs (benchmarks/engine/config.py with_later_keys fills it into their configs, so that they
     compare key by key with today's and retrain as they ran)."""
     value: Any
 

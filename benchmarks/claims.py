@@ -160,7 +160,7 @@ def sampled_or_not_a_token_task(run: dict) -> bool:
     before the sampled evaluation existed were greedy (with_later_keys fills the key with what they ran)."""
     if run["config"]["env"].get("family") != "rlhf":
         return True
-    from benchmarks.engine.trainer import with_later_keys  # imported here: the trainer loads torch
+    from benchmarks.engine.config import with_later_keys  # imported here: it loads the algorithms (torch)
 
     return with_later_keys(run["config"])["env"]["evaluation"]["kind"] == "sampled"
 

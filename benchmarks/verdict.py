@@ -74,7 +74,7 @@ def candidate_backend(algo: str) -> list[str]:
     """The fastest backend that computes the preset's own loss: numpy's hand-derived gradient computes PPO's
     only, so a preset that changes the loss trains on the compiled population engine (the same math)."""
     from algorithms import ALGORITHMS
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
 
     kind = compose_config([f"algo={algo}"]).algo.algorithm
     return [] if ALGORITHMS[kind].runs_on_numpy_backend() else ["algo.backend=compiled"]

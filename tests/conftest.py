@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.engine.trainer import compose_config  # noqa: F401  (tests import it from here)
+from benchmarks.engine.config import compose_config  # noqa: F401  (tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Overrides that keep a run small and quiet: no TensorBoard, no bar, one eval episode.

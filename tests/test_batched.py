@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.engine.trainer import compose_config, read_checkpoint, train
+from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.config import compose_config
+from benchmarks.engine.trainer import train
 from tests.conftest import ROOT
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 

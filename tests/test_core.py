@@ -153,7 +153,7 @@ def test_reward_scaler_resets_at_episode_end_and_skips_reset_rows():
 
 def ppo_for_schedule(*overrides: str):
     from algorithms.ppo import PPO
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
 
     cfg = compose_config(["algo=ppo", "env=CartPole", "algo.backend=torch", *overrides])
     return PPO(4, 2, True, cfg.algo, num_iterations=10)

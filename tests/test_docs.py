@@ -63,7 +63,7 @@ def test_every_command_of_the_readme_runs_as_written():
     tools parse their arguments (--help exits 0); pip installs name extras that exist."""
     import tomllib
 
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
     from benchmarks.engine.validate import validate_config
 
     commands = readme_commands()

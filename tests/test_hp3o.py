@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from algorithms.core import Rollout
 from algorithms.hp3o import HP3O, Trajectory, TrajectoryBuffer
-from benchmarks.engine.trainer import read_checkpoint, train
+from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.trainer import train
 from benchmarks.engine.validate import ConfigError, validate_config
 
 ROUNDING = 4 * torch.finfo(torch.float32).eps  # a few float32 ulps around 1

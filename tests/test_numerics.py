@@ -93,7 +93,8 @@ def test_a_run_records_its_kernel_mode(make_config, tmp_path):
 
 
 def test_a_checkpoint_of_the_other_mode_is_refused_with_the_way_to_resume_it(make_config, tmp_path):
-    from benchmarks.engine.trainer import CheckpointError, read_checkpoint, save_checkpoint_file, train
+    from benchmarks.engine.checkpoint import CheckpointError, read_checkpoint, save_checkpoint_file
+    from benchmarks.engine.trainer import train
 
     cfg = make_config(["env=CartPole", "total_steps=1024", "env.num_steps=128", *QUIET])
     run_dir = tmp_path / "run"

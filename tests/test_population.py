@@ -16,7 +16,9 @@ from algorithms import ALGORITHMS
 from algorithms.ppo import PPO, Batch, Evaluation
 from algorithms.population import PopulationBatch
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.engine.trainer import compose_config, read_checkpoint, train
+from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.config import compose_config
+from benchmarks.engine.trainer import train
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
 PRESETS = ["ppo", "ppo_kl", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",

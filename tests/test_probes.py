@@ -54,7 +54,7 @@ def test_a_refused_config_leaves_an_earlier_runs_directory_as_it_was(tmp_path):
 def test_a_token_task_without_its_extra_names_the_extra(monkeypatch):
     import importlib.util
 
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
     from benchmarks.engine.validate import ConfigError, validate_config
 
     real = importlib.util.find_spec

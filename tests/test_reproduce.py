@@ -29,7 +29,7 @@ def test_a_run_records_its_cpu_and_reproduce_says_when_it_compares_across_cpus(m
     import json
 
     from benchmarks.reproduce import machine_note
-    from benchmarks.engine.trainer import machine
+    from benchmarks.engine.run_dir import machine
 
     run_dir = tmp_path / "run"
     train(make_config(["env=CartPole", "total_steps=512", *QUIET]), run_dir)

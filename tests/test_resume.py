@@ -22,7 +22,8 @@ from algorithms.ppo import PPO
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.engine.trainer import CheckpointError, NonFiniteError, read_checkpoint, train
+from benchmarks.engine.checkpoint import CheckpointError, read_checkpoint
+from benchmarks.engine.trainer import NonFiniteError, train
 from tests.conftest import QUIET, ROOT
 
 TIMING = ("wall_time", "sps", "rollout_time", "update_time")
@@ -391,7 +392,8 @@ def test_a_full_disk_mid_checkpoint_is_one_line_leaves_nothing_behind_and_resume
 
     from benchmarks.engine import logger
     from benchmarks.engine.logger import DiskFullError
-    from benchmarks.engine.trainer import compose_config, train
+    from benchmarks.engine.config import compose_config
+    from benchmarks.engine.trainer import train
 
     cfg = compose_config([*SMALL_RUN, "logging.tensorboard=false"])
     train(cfg, tmp_path / "reference")

@@ -16,7 +16,8 @@ pytest.importorskip("transformers", reason="the token tasks need the optional ex
 
 from algorithms.lm_policy import CausalLMActorCritic  # noqa: E402
 from benchmarks.engine.reference_kl import ADAPTIVE_CLIP, EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards  # noqa: E402
-from benchmarks.engine.trainer import compose_config, train  # noqa: E402
+from benchmarks.engine.config import compose_config  # noqa: E402
+from benchmarks.engine.trainer import train
 from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
 from algorithms.lm_policy import next_token_log_probs  # noqa: E402
 from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv  # noqa: E402
@@ -315,7 +316,7 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
     from benchmarks.evaluate import main as evaluate_main
 
     # with the run's own evaluation: responses sampled to --episodes prompts from --seed
-    from benchmarks.engine.trainer import read_checkpoint
+    from benchmarks.engine.checkpoint import read_checkpoint
     from benchmarks.rlhf.evaluation import SampledEvaluation
 
     capsys.readouterr()
@@ -357,7 +358,7 @@ def recording_updates(monkeypatch) -> list:
 def tokens_generated(run_dir) -> tuple[int, int]:
     """(tokens a run generated, responses it finished): the finished responses' lengths (episodes.csv) and the
     tokens of those still being written when it ended (its checkpoint's env state)."""
-    from benchmarks.engine.trainer import read_checkpoint
+    from benchmarks.engine.checkpoint import read_checkpoint
 
     episodes = pd.read_csv(run_dir / "episodes.csv")
     env = read_checkpoint(run_dir / "checkpoint.pt")["envs"]["own"]
@@ -397,7 +398,7 @@ def test_runs_stored_with_next_step_autoreset_spent_a_step_per_response_on_a_no_
 def test_a_stored_token_task_run_composes_with_the_autoreset_and_evaluation_it_ran_with():
     from omegaconf import OmegaConf
 
-    from benchmarks.engine.trainer import numbers_relevant, with_later_keys
+    from benchmarks.engine.config import numbers_relevant, with_later_keys
     from tests.conftest import ROOT
 
     run = ROOT / "results/runs/rlhf_kl/RLHFPraise/ppo/kl_coef=0.0/seed0"  # made before both keys existed
@@ -490,7 +491,7 @@ def test_the_sampled_evaluation_scores_what_it_says(one_thread):
 
 
 def test_a_token_tasks_evaluation_curve_and_final_score_are_the_sampled_evaluation(make_config, tmp_path):
-    from benchmarks.engine.trainer import read_checkpoint
+    from benchmarks.engine.checkpoint import read_checkpoint
     from benchmarks.rlhf.evaluation import EVAL_COLUMNS, SampledEvaluation
 
     cfg = make_config(["env=RLHFArithmetic", "total_steps=1024", "logging.tensorboard=false",
@@ -545,7 +546,7 @@ def test_the_report_draws_the_kl_frontier_and_keeps_a_kl_sweep_out_of_the_tables
 
 
 def test_the_shared_scorer_gives_the_reference_zero_kl_and_its_judged_rewards():
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
     from benchmarks.rlhf.trl_reference import score_policy
 
     cfg = compose_config(["env=RLHFArithmetic", "algo=ppo"])

@@ -9,7 +9,8 @@ from conftest import QUIET, ROOT
 
 from algorithms.core import Rollout
 from algorithms.ppo import PPO
-from benchmarks.engine.trainer import read_checkpoint, train
+from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.trainer import train
 
 ENV_NAMES = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}

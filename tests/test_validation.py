@@ -167,7 +167,7 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
 
     from algorithms import ALGORITHMS
     from algorithms.ppo import PPOConfig
-    from benchmarks.engine.trainer import with_later_keys
+    from benchmarks.engine.config import with_later_keys
 
     for kind, algorithm in ALGORITHMS.items():
         assert dataclasses.is_dataclass(algorithm.Config) and issubclass(algorithm.Config, PPOConfig), kind

@@ -32,28 +32,26 @@ from algorithms.population import PopulationBatch
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
-from benchmarks.engine.trainer import (
+from benchmarks.engine.checkpoint import (
     CHECKPOINT_FILES,
     CheckpointError,
+    load_checkpoint,
+    pack_rng,
+    read_checkpoint,
+    save_checkpoint,
+    unpack_rng,
+)
+from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
+from benchmarks.engine.trainer import (
     Evaluator,
     NonFiniteError,
     PreemptionSignals,
     TrainingState,
     check_finite,
     final_metrics,
-    git_commit,
-    load_checkpoint,
     log_iteration,
-    machine,
     pause_requested,
-    pack_rng,
-    read_checkpoint,
-    run_label,
-    run_lock,
-    save_checkpoint,
     seed_everything,
-    unpack_rng,
-    versions,
 )
 
 

@@ -1,20 +1,16 @@
 """The training loop every algorithm shares: collect -> algorithm.update -> log -> evaluate -> checkpoint.
 
 The trainer never knows which algorithm it drives; the algorithm never
-touches envs, files or Hydra.
+touches envs, files or Hydra. Its pieces, each in its own module: the run's configuration (config.py),
+checkpoints and random streams (checkpoint.py), the run directory's lock and provenance (run_dir.py);
+a population of seeds trains in batch_trainer.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
 import math
-import os
-import platform
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
 from benchmarks import numerics
+from benchmarks.engine.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_rng_states, rng_states, save_checkpoint
+from benchmarks.engine.config import task_kwargs, task_network
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
-from benchmarks.engine.logger import CSVLog, RunLogger, write_bytes_atomic, write_json_atomic
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
 
 
 def seed_everything(seed: int) -> None:
@@ -75,16 +72,8 @@ class Evaluator:
         self.envs.close()
 
 
-CHECKPOINT_FORMAT = 3  # 3: sub-envs gained the DropStepInfo wrapper layer
-CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.prev.pt")  # newest first; the previous one is the fallback
-
-
 class NonFiniteError(RuntimeError):
     """A loss, gradient or parameter became NaN/inf; the message names the iteration and the quantity."""
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint although the run directory says there should be one."""
 
 
 class TrainingInterrupted(Exception):
@@ -94,65 +83,6 @@ class TrainingInterrupted(Exception):
         self.signum, self.env_steps = signum, env_steps
         super().__init__(f"{signal.Signals(signum).name} at {env_steps} env steps: checkpoint written; "
                          f"rerun the same command to resume")
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """conf/config.yaml with these overrides, composed as `python run.py` composes it (for tools and tests)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
-def with_later_keys(config: dict) -> dict:
-    """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
-    with, as the schema declares it (`Before(...)` in a key's annotation in the Config dataclasses), so that a stored
-    run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
-    The algo keys any algorithm's schema declares are filled for every run, whatever its algorithm (both
-    sides of a comparison get them alike)."""
-    # imported here: validate imports the algorithms, which this module's importers may still be loading
-    from algorithms import ALGORITHMS
-    from algorithms.schema import fill_missing, values_before
-    from benchmarks.engine.validate import EnvConfig, RunConfig, TokenTaskEnvConfig
-
-    later_algo_keys: dict = {}
-    for algorithm in ALGORITHMS.values():
-        for name, value in values_before(algorithm.Config).items():
-            assert later_algo_keys.get(name, value) == value, f"two schemas say algo.{name} was {value} and " \
-                                                              f"{later_algo_keys[name]} before it existed"
-            later_algo_keys[name] = value
-    token_task = config.get("env", {}).get("family") == "rlhf"  # a token task's own keys, on its runs only
-    later = {**values_before(RunConfig), "env": values_before(TokenTaskEnvConfig if token_task else EnvConfig),
-             "algo": later_algo_keys}
-    return fill_missing(config, {name: value for name, value in later.items() if value != {}})
-
-
-def task_kwargs(env_cfg) -> dict | None:
-    """The task's own constructor arguments (env.kwargs; the token tasks': reward, temperature, ...)."""
-    return OmegaConf.to_container(env_cfg.kwargs, resolve=True) if "kwargs" in env_cfg else None
-
-
-def task_network(env_cfg) -> dict | None:
-    """The task's policy network (env.network; None: the MLP of algo.hidden_sizes), its init_from a directory."""
-    if "network" not in env_cfg:
-        return None
-    network = OmegaConf.to_container(env_cfg.network, resolve=True)
-    if "init_from" in network:  # token tasks only (the [rlhf] extra)
-        from benchmarks.rlhf.models import resolve_init_from
-
-        network["init_from"] = resolve_init_from(network["init_from"])
-    return network
-
-
-def numbers_relevant(config: dict) -> dict:
-    """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps")}
-    # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
-    config["env"] = {k: v for k, v in config["env"].items()
-                     if k not in ("random_score", "reference_score", "hparams", "tuned")}
-    return config
 
 
 class PreemptionSignals:
@@ -192,81 +122,6 @@ class PreemptionSignals:
         raise TrainingInterrupted(signum, env_steps)
 
 
-def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
-    """The newest readable checkpoint of this config in run_dir, None if there is none.
-
-    A truncated or unreadable newest file falls back to the previous one; if
-    checkpoints exist but none is usable, CheckpointError: never train on garbage.
-    """
-    problems = []
-    for name in CHECKPOINT_FILES:
-        path = run_dir / name
-        if not path.exists():
-            continue
-        try:
-            checkpoint = read_checkpoint(path)
-            if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"not a format-{CHECKPOINT_FORMAT} checkpoint")
-        except Exception as error:  # torch raises several types for a damaged zip/pickle
-            problems.append(f"{name} is unreadable ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
-            continue
-        if numbers_relevant(checkpoint["config"]) != numbers_relevant(OmegaConf.to_container(cfg, resolve=True)):
-            raise CheckpointError(f"{path} was written with a different config; choose another run directory "
-                                  f"or delete this one")
-        written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
-        if written_in != numerics.base_mode(numerics.MODE):
-            raise CheckpointError(f"{path} was written with {written_in} float kernels and this process has "
-                                  f"{numerics.base_mode(numerics.MODE)} ones: rerun with "
-                                  f"{numerics.MODE_VARIABLE}={written_in} to resume it exactly")
-        for problem in problems:
-            print(f"warning: {problem}; resuming from {name}", file=sys.stderr)
-        if problems and name == CHECKPOINT_FILES[1]:
-            # The damaged newest is set aside and the good one takes its place, so that the next save
-            # rotates a good checkpoint into the fallback slot, not the damaged one.
-            newest = run_dir / CHECKPOINT_FILES[0]
-            if newest.exists():
-                os.replace(newest, run_dir / (CHECKPOINT_FILES[0] + ".damaged"))
-            os.replace(path, newest)
-        return checkpoint
-    if problems:
-        raise CheckpointError(f"{run_dir}: " + "; ".join(problems) + ". Delete the run directory to start over")
-    return None
-
-
-def save_checkpoint(checkpoint: dict, run_dir: Path) -> None:
-    """Atomic, keeping the previous checkpoint as a fallback: a kill at any instant leaves one whole file."""
-    newest, previous = (run_dir / name for name in CHECKPOINT_FILES)
-    if newest.exists():
-        os.replace(newest, previous)
-    save_checkpoint_file(checkpoint, newest)
-
-
-def pack_rng(python_state, numpy_state, torch_state: torch.Tensor) -> dict:
-    """Random states as a checkpoint stores them (tensors and plain values: weights_only-loadable)."""
-    name, keys, position, has_gauss, cached_gaussian = numpy_state
-    return {"python": python_state, "torch": torch_state,
-            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian)}
-
-
-def unpack_rng(state: dict) -> tuple:
-    """pack_rng's inverse: (python state, numpy state, torch state)."""
-    version, internal, gauss = state["python"]
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    return ((version, tuple(internal), gauss),
-            (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian), state["torch"])
-
-
-def rng_states() -> dict:
-    return pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state())
-
-
-def load_rng_states(state: dict) -> None:
-    python_state, numpy_state, torch_state = unpack_rng(state)
-    random.setstate(python_state)
-    np.random.set_state(numpy_state)
-    torch.set_rng_state(torch_state)
-
-
 def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None:
     where = f"at iteration {iteration} ({env_steps} env steps)"
     for key in algorithm.guarded_stats:
@@ -275,50 +130,6 @@ def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None
     for name, parameter in algorithm.named_parameters():
         if not torch.isfinite(parameter).all():
             raise NonFiniteError(f"non-finite parameter {name} {where}; the last good checkpoint is kept")
-
-
-class RunLockedError(RuntimeError):
-    """Another live process is training in this run directory."""
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: Path):
-    """Hold run_dir/.lock for as long as this process trains there; a second process is refused.
-
-    flock: the kernel releases it when the holder exits, however it exits (kill -9 included),
-    so a stale lock never blocks a resume.
-    """
-    import fcntl
-
-    path = run_dir / ".lock"
-    while True:
-        handle = open(path, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
-                                 f"finish, or choose another run directory") from None
-        # The holder before us removes the file as it releases it: a lock taken on a removed file is no lock.
-        try:
-            on_disk = os.stat(path)
-        except FileNotFoundError:
-            on_disk = None
-        held = os.fstat(handle.fileno())
-        if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
-            break
-        handle.close()
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
-    finally:
-        path.unlink(missing_ok=True)  # still held: no other process can have taken it; nothing stays behind
-        handle.close()
 
 
 # The phases of the loop, timed as it runs (summary.json "phase_seconds"; benchmarks.speed.profile reads them).
@@ -681,77 +492,3 @@ def final_metrics(last_eval: dict | None) -> dict:
     return {"final_eval_return_mean": last_eval["eval_return_mean"], "final_eval_return_std": last_eval["eval_return_std"]}
 
 
-def save_atomic(obj, path: Path) -> None:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    write_bytes_atomic(path, buffer.getvalue())  # a failed write leaves no temp file; a full disk is one line
-
-
-def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
-    """The checkpoint serialised, with the SHA-256 of its bytes beside it in the same file (atomic):
-    flipped bytes that torch.load would still read are caught by read_checkpoint."""
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    payload = buffer.getvalue()
-    save_atomic({"sha256": hashlib.sha256(payload).hexdigest(), "payload": payload}, path)
-
-
-def read_checkpoint(path: Path) -> dict:
-    """save_checkpoint_file's inverse; ValueError if the bytes do not match their digest.
-    (Checkpoints written before the digest existed are the checkpoint itself, read as they are.)"""
-    stored = torch.load(path, weights_only=True)
-    if isinstance(stored, dict) and set(stored) == {"sha256", "payload"}:
-        if hashlib.sha256(stored["payload"]).hexdigest() != stored["sha256"]:
-            raise ValueError("its bytes do not match their SHA-256 digest (damaged on disk)")
-        return torch.load(io.BytesIO(stored["payload"]), weights_only=True)
-    return stored
-
-
-def versions() -> dict:
-    import hydra
-    import mujoco
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "gymnasium": gym.__version__,
-        "mujoco": mujoco.__version__,
-        "numpy": np.__version__,
-        "hydra": hydra.__version__,
-    }
-
-
-def run_label(cfg) -> str:
-    """Whose console lines these are: "<env> <algo> seed <k>"."""
-    return f"{cfg.env.name} {cfg.algo.name} seed {cfg.seed}"
-
-
-def machine() -> dict:
-    """The CPU a run's numbers were computed on, and the kernels its libraries chose for it: float results
-    differ between instruction sets (torch and numpy dispatch AVX2 or AVX-512 kernels at run time), so a
-    rerun reproduces bit for bit only where these agree (benchmarks/reproduce.py says when they do not)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    kernels = numerics.kernel_record()  # portable or native kernels, and what each library chose
-    return {
-        "cpu": cpu,
-        "torch_cpu_capability": kernels["torch_cpu_capability"],
-        "numpy_simd": kernels["numpy_simd"],
-        "numpy_blas": np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name"),
-        "numerics": kernels,
-    }
-
-
-def git_commit() -> str | None:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if commit.returncode != 0:
-        return None
-    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")

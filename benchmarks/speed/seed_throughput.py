@@ -52,7 +52,7 @@ def batch_sps(env: str, algo: str, steps: int, size: int, backend: str = "numpy"
 
 def raw_env_sps(env: str, steps: int) -> float:
     """One env of the task (gymnasium.make, its default wrappers) stepped with random actions."""
-    from benchmarks.engine.trainer import compose_config
+    from benchmarks.engine.config import compose_config
 
     env_id = compose_config([f"env={env}"]).env.id
     single = gym.make(env_id)

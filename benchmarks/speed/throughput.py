@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.engine.trainer import compose_config, train
+from benchmarks.engine.config import compose_config
+from benchmarks.engine.trainer import train
 
 # case name -> (env config, overrides that define the rollout)
 CASES = {

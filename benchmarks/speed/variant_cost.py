@@ -17,7 +17,7 @@ import argparse
 
 from algorithms import build_algorithm
 from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.trainer import PROJECT_ROOT
+from benchmarks.engine.config import PROJECT_ROOT
 from benchmarks.speed.seed_throughput import batch_sps
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 

@@ -1,0 +1,112 @@
+"""The run directory and its provenance: one process trains in a directory at a time (run_lock), and every
+summary records the versions, the machine and the commit it was made with."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from benchmarks import numerics
+from benchmarks.engine.config import PROJECT_ROOT
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is training in this run directory."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """Hold run_dir/.lock for as long as this process trains there; a second process is refused.
+
+    flock: the kernel releases it when the holder exits, however it exits (kill -9 included),
+    so a stale lock never blocks a resume.
+    """
+    import fcntl
+
+    path = run_dir / ".lock"
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
+                                 f"finish, or choose another run directory") from None
+        # The holder before us removes the file as it releases it: a lock taken on a removed file is no lock.
+        try:
+            on_disk = os.stat(path)
+        except FileNotFoundError:
+            on_disk = None
+        held = os.fstat(handle.fileno())
+        if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
+            break
+        handle.close()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # still held: no other process can have taken it; nothing stays behind
+        handle.close()
+
+
+def versions() -> dict:
+    import hydra
+    import mujoco
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+        "mujoco": mujoco.__version__,
+        "numpy": np.__version__,
+        "hydra": hydra.__version__,
+    }
+
+
+def run_label(cfg) -> str:
+    """Whose console lines these are: "<env> <algo> seed <k>"."""
+    return f"{cfg.env.name} {cfg.algo.name} seed {cfg.seed}"
+
+
+def machine() -> dict:
+    """The CPU a run's numbers were computed on, and the kernels its libraries chose for it: float results
+    differ between instruction sets (torch and numpy dispatch AVX2 or AVX-512 kernels at run time), so a
+    rerun reproduces bit for bit only where these agree (benchmarks/reproduce.py says when they do not)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    kernels = numerics.kernel_record()  # portable or native kernels, and what each library chose
+    return {
+        "cpu": cpu,
+        "torch_cpu_capability": kernels["torch_cpu_capability"],
+        "numpy_simd": kernels["numpy_simd"],
+        "numpy_blas": np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name"),
+        "numerics": kernels,
+    }
+
+
+def git_commit() -> str | None:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if commit.returncode != 0:
+        return None
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
