@@ -53,3 +53,13 @@ def test_engine_targets_says_met_by_the_targets_sense():
     assert row("8 seeds", "CartPole", "recipe", "x", 3.99)["met"] == "no"
     assert row("variant cost", "CartPole", "recipe", "x", 1.21)["met"] == "no"
     assert row("update/seed", "CartPole", "recipe", "x", 0.3)["met"] == "yes"
+
+
+def test_gemm_routes_prints_every_route_for_one_seed_and_eight(capsys):
+    from benchmarks.speed.gemm_routes import main
+
+    main(["--calls", "3", "--repeats", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(("portable numerics", "native numerics"))
+    assert lines[1].split() == ["seeds", "torch", "bmm", "compiled", "loops", "numpy", "OpenBLAS"]
+    assert [line.split()[0] for line in lines[2:]] == ["1", "8"] and all(len(line.split()) == 4 for line in lines[2:])

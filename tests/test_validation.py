@@ -125,8 +125,10 @@ def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(meth
     with pytest.raises(ConfigError) as raised:
         validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
     assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss changes PPO's "
-                                 "minibatch loss, whose gradient only the torch backend computes; use "
-                                 "algo.backend=torch")
+                                 "minibatch loss, whose gradient only autograd computes; use "
+                                 "algo.backend=compiled (its default) or torch")
+    # by default such a variant trains on the population engine, which differentiates its own loss
+    assert make_config(["env=CartPole", "algo=ppo"]).algo.backend == "compiled"
     cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
     with pytest.raises(ValueError, match="cannot run ChangedLoss: it changes PPO's minibatch loss"):
         ChangedLoss(4, 2, True, cfg, 1)  # and the algorithm itself refuses, wherever it is built

@@ -47,6 +47,20 @@ def seed_dir(seed, seeds) -> str:
 OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 
 
+def fastest_backend(algorithm: str) -> str:
+    """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the numpy backend where its hand-derived
+    gradient is the algorithm's own loss's (PPO's), the compiled population engine, which differentiates the
+    algorithm's own torch loss, for an algorithm that changes the loss. Resolved when the config is composed,
+    so a run's stored config names the backend it ran on."""
+    from algorithms import ALGORITHMS
+
+    known = ALGORITHMS.get(algorithm)
+    return "compiled" if known is not None and not known.runs_on_numpy_backend() else "numpy"
+
+
+OmegaConf.register_new_resolver("fastest_backend", fastest_backend, replace=True)
+
+
 class ConfigError(ValueError):
     """A bad configuration value; str(error) is one line per problem."""
 
@@ -347,8 +361,8 @@ def _cross_checks(data: dict) -> list[str]:
         # algorithms/numpy_backend.py computes PPO's minibatch loss and its gradient by hand: an algorithm
         # with another loss would step on a gradient its own loss never wrote.
         errors.append(f"algo.backend=numpy cannot run algo.algorithm={algo['algorithm']}: {algorithm.__name__} "
-                      f"changes PPO's minibatch loss, whose gradient only the torch backend computes; "
-                      f"use algo.backend=torch")
+                      f"changes PPO's minibatch loss, whose gradient only autograd computes; use "
+                      f"algo.backend=compiled (its default) or torch")
     if data["seeds"] is not None and env["family"] == "rlhf":
         errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
                       f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
