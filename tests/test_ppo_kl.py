@@ -115,3 +115,15 @@ def test_it_trains_on_the_population_engine_by_default_and_ppo_on_the_numpy_grad
     assert make_config(["algo=ppo_kl", "env=CartPole"]).algo.backend == "compiled"
     assert make_config(["algo=ppo", "env=CartPole"]).algo.backend == "numpy"
     assert make_config(["algo=ppo_kl", "env=RLHFPraise"]).algo.backend == "torch"
+
+
+def test_a_tool_that_composes_a_config_alone_resolves_its_default_backend():
+    """compose_config in a fresh process (a tool's, not run.py's) registers the resolvers conf/ uses."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "from benchmarks.engine.config import compose_config; print(compose_config(['algo=ppo_kl']).algo.backend)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "compiled", done.stderr

@@ -16,6 +16,8 @@ def compose_config(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    import benchmarks.engine.validate  # noqa: F401  (registers the resolvers conf/ uses: seed_dir, fastest_backend)
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
