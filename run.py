@@ -29,13 +29,16 @@ def main(cfg: DictConfig) -> float | None:
             print(f"config error: {line}", file=sys.stderr)
         job_dir = Path(HydraConfig.get().runtime.output_dir)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # one bad job of a sweep: recorded as failed (never over an earlier run's summary), the others go on,
-            # and the sweep's end lists it and exits non-zero (benchmarks/engine/hydra_callbacks.py)
-            if not (job_dir / "summary.json").exists():
-                from benchmarks.engine.logger import write_json_atomic
+            # one bad job of a sweep: recorded as failed (in its job mark, and in a summary where there is none:
+            # never over an earlier run's), the others go on, and the sweep's end lists it and exits non-zero
+            # (benchmarks/engine/hydra_callbacks.py)
+            from benchmarks.engine.hydra_callbacks import refuse_job
+            from benchmarks.engine.logger import write_json_atomic
 
-                write_json_atomic(job_dir / "summary.json",
-                                  {"status": "failed", "error": "config error: " + "; ".join(str(error).splitlines())})
+            reason = "config error: " + "; ".join(str(error).splitlines())
+            refuse_job(job_dir, reason)
+            if not (job_dir / "summary.json").exists():
+                write_json_atomic(job_dir / "summary.json", {"status": "failed", "error": reason})
             return None
         remove_if_untouched(job_dir)
         sys.exit(2)

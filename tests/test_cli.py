@@ -119,6 +119,21 @@ def test_a_sweep_rerun_that_skips_complete_runs_changes_no_file(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def test_a_sweep_that_refuses_a_jobs_config_does_not_count_the_run_stored_there_as_complete(tmp_path):
+    """A complete run from an earlier sweep stays as it is when this sweep refuses its job's config, and the
+    sweep's end counts that job failed, not complete."""
+    sweep = ["-m", "seed=0", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
+             "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    assert run_cli(*sweep).returncode == 0
+    run_dir = tmp_path / "CartPole" / "ppo" / "seed0"
+    stored = (run_dir / "summary.json").read_bytes()
+    refused = run_cli(*sweep[:-1], "algo.clip_coef=-1", sweep[-1])
+    assert refused.returncode == 1
+    assert "sweep finished: 0 of 1 runs complete (1 jobs)" in refused.stdout
+    assert f"FAILED {run_dir}: config error: algo.clip_coef" in refused.stdout
+    assert (run_dir / "summary.json").read_bytes() == stored
+
+
 @pytest.mark.slow
 def test_restart_true_trains_the_same_command_again_from_the_first_step(tmp_path):
     run_dir = tmp_path / "run"

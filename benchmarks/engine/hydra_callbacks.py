@@ -22,16 +22,31 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
-def job_status(job_dir: Path) -> tuple[str, str]:
+def job_status(job_dir: Path, refused: str | None = None) -> tuple[str, str]:
+    """A run's status as its summary says, unless this sweep refused its job's config (`refused`): a complete
+    run stored there earlier is not this sweep's result."""
     from benchmarks.runs import read_summary
 
+    if refused is not None:
+        return "failed", refused
     summary = read_summary(job_dir)
     if summary["status"] == "partial":
         return "failed", "no summary.json (killed, or failed before training)"
     return summary["status"], summary.get("error", "")
 
 
-JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null}
+JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null}, and
+# "refused": the config error, where the job's config was refused
+
+
+def refuse_job(job_dir: Path, error: str) -> None:
+    """Record in the job's mark that this sweep refused its config (the run directory's files stay as they are)."""
+    mark = job_dir / JOB_MARK
+    mark.write_text(json.dumps({**json.loads(mark.read_text()), "refused": error}))
+
+
+def job_refusal(job_dir: Path) -> str | None:
+    return json.loads((job_dir / JOB_MARK).read_text()).get("refused")
 
 
 def job_run_dirs(job_dir: Path) -> list[Path]:
@@ -60,7 +75,9 @@ class SweepReport(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start)
         run_dirs = [run_dir for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
-        statuses = [(run_dir, *job_status(run_dir)) for run_dir in run_dirs]
+        refusals = {job_dir: job_refusal(job_dir) for job_dir in job_dirs}
+        statuses = [(run_dir, *job_status(run_dir, refusals[job_dir]))
+                    for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
         # paused (pause_at_steps, a pruned study's rungs): stopped where it was asked to, not a failure
         failed = [(run_dir, reason) for run_dir, status, reason in statuses if status not in ("complete", "paused")]
         paused = sum(status == "paused" for _, status, _ in statuses)
