@@ -6,8 +6,9 @@ Steps the same random actions through the wrapper stack the trainer uses
 (benchmarks.engine.envs.make_vector_env: SyncVectorEnv NEXT_STEP with DropStepInfo,
 RecordEpisodeStatistics, one batched action clip), through that stack with one
 of its choices undone (Gymnasium's per-env ClipAction, the tasks' step info
-merged), with one layer removed at a time, and the bare env; best of 3 per
-variant, in us/step.
+merged), with one layer removed at a time, the bare env, and for a MuJoCo task
+its physics alone (mj_step over the task's frame skip); best of 3 per variant,
+in us/step.
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ def main(argv=None) -> None:
     bare = probe.unwrapped
     bare.reset(seed=0)
     print(f"{'bare env.step':28s} {best_us_per_step(bare.step, actions[:, 0]):7.1f} us/step")
+    if hasattr(bare, "frame_skip"):  # a MuJoCo task: the physics alone, the floor of any env layer on one thread
+        import mujoco
+
+        def physics(action):
+            bare.data.ctrl[:] = action
+            mujoco.mj_step(bare.model, bare.data, nstep=bare.frame_skip)
+
+        print(f"{'physics only (mj_step)':28s} {best_us_per_step(physics, actions[:, 0]):7.1f} us/step")
 
 
 if __name__ == "__main__":
