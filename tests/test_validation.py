@@ -216,3 +216,17 @@ def test_a_schema_key_without_a_check_is_refused_by_name():
 
     with pytest.raises(TypeError, match=r"_Unchecked\.bare_key: a schema key is annotated with its check"):
         rules_of_schema(_Unchecked, "algo")
+
+
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_job_of_every_experiment_composes_and_passes_validation(experiment, make_config):
+    """A suite's command must not fail on its 30th job: each (algo, env) of its sweep, with its seeds, is a
+    valid config (a preset whose loss the pinned backend cannot run, a task or key that does not exist, ...)."""
+    params = OmegaConf.load(ROOT / "conf" / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
+    seeds = [f"seeds={params.seeds}"] if "seeds" in params else []
+    for algo in str(params.get("algo", "ppo")).split(","):
+        for env in str(params.get("env", "CartPole")).split(","):
+            validate_config(make_config([f"+experiment={experiment}", f"algo={algo}", f"env={env}", *seeds]))
