@@ -1,6 +1,7 @@
 """PPO's hot path in numpy: acting, and one minibatch's loss with its hand-derived gradient.
 
-`algo.backend=numpy`, the default (`algo.backend=torch`: autograd). Why it exists: the networks
+`algo.backend=numpy`, the default where an algorithm keeps PPO's loss (`algo.backend=torch`: autograd;
+`compiled`: autograd over a seed axis, compiled). Why it exists: the networks
 are tiny (64x64 MLPs), so at a batch of 1 (acting) or 64 (a minibatch) the
 time goes to per-operation overhead, not arithmetic: torch's dispatch and
 autograd bookkeeping cost more per call than numpy's. On HalfCheetah the

@@ -107,7 +107,8 @@ class PPOConfig:
     max_grad_norm: PositiveFloat
     target_kl: Annotated[float | None, optional_positive_number()]
     # torch: eager autograd; compiled: the same loss over a seed axis, compiled (algorithms/population.py); numpy:
-    # the retiring hand-derived gradient. Runs before the numpy backend: torch.
+    # the hand-derived gradient of PPO's loss. The default follows the loss (conf/algo/ppo.yaml). Runs before the
+    # numpy backend: torch.
     backend: Annotated[str, one_of(["torch", "numpy", "compiled"]), Before("torch")]
 
 

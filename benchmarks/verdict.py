@@ -70,16 +70,6 @@ def suite_dir(suite: str, suite_args: list[str]) -> Path:
     return PROJECT_ROOT / config.hydra.sweep.dir
 
 
-def candidate_backend(algo: str) -> list[str]:
-    """The fastest backend that computes the preset's own loss: numpy's hand-derived gradient computes PPO's
-    only, so a preset that changes the loss trains on the compiled population engine (the same math)."""
-    from algorithms import ALGORITHMS
-    from benchmarks.engine.config import compose_config
-
-    kind = compose_config([f"algo={algo}"]).algo.algorithm
-    return [] if ALGORITHMS[kind].runs_on_numpy_backend() else ["algo.backend=compiled"]
-
-
 def comparison(runs: list[dict], algo: str) -> pd.DataFrame:
     families = set(task_families(runs).values())
     rows = []
@@ -113,10 +103,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"no conf/{kind}/{name}.yaml")
     study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
     python = [sys.executable, str(PROJECT_ROOT / "run.py")]
-    backend = candidate_backend(args.algo)
 
     print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)
-    run([*python, "-m", "hydra/sweeper=tune", f"+tune={args.tune}", f"algo={args.algo}", *backend, *study_args])
+    run([*python, "-m", "hydra/sweeper=tune", f"+tune={args.tune}", f"algo={args.algo}", *study_args])
     values = best_overrides(args.tune, args.algo, study_args)
     print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
 
@@ -126,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     root = suite_dir(args.suite, suite_args)
     print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} into {out / 'runs'}, "
           f"ppo into {root}", flush=True)
-    run([*python, "-m", f"+experiment={args.suite}", f"algo={args.algo}", *backend, *values, *suite_args,
+    run([*python, "-m", f"+experiment={args.suite}", f"algo={args.algo}", *values, *suite_args,
          f"hydra.sweep.dir={out / 'runs'}"])
     run([*python, "-m", f"+experiment={args.suite}", "algo=ppo", *suite_args])
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from algorithms import ALGORITHMS
 from algorithms.core import Rollout
@@ -42,6 +43,7 @@ def make_config(*overrides: str):
 
 def train_recording(cfg, run_dir: Path, monkeypatch) -> object:
     """benchmarks.engine.trainer.train, returning the trained algorithm with every sampled action batch recorded."""
+    OmegaConf.resolve(cfg)  # algo.backend's default reads the registry, patched below
     kind = cfg.algo.algorithm
     algorithm_class = ALGORITHMS[kind]
     built = []

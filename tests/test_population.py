@@ -54,7 +54,10 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
         alone = read_checkpoint(tmp_path / f"alone{seed}" / "checkpoint.pt")["algorithm"]["policy"]
         together = read_checkpoint(tmp_path / "population" / f"seed{seed}" / "checkpoint.pt")["algorithm"]["policy"]
         for name, value in alone.items():
-            torch.testing.assert_close(together[name], value, rtol=0, atol=2e-5,
+            # float rounding of batched products, grown by Adam's normalised steps over the updates: up to 2.25e-5
+            # measured (outer_ppo_biased, CartPole, two updates, on an AVX-512 AMD EPYC); a real difference in
+            # the update moves weights by the learning rate's order (1e-4 and more)
+            torch.testing.assert_close(together[name], value, rtol=0, atol=5e-5,
                                        msg=lambda text: f"seed {seed}, {name}: {text}")
         rows = [pd.read_csv(path / "train.csv").iloc[-1]
                 for path in (tmp_path / f"alone{seed}", tmp_path / "population" / f"seed{seed}")]

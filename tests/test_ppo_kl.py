@@ -95,7 +95,7 @@ def test_beta_adapts_in_training_and_survives_a_checkpoint(make_config, tmp_path
     ("algo.kl_factor=inf", "algo.kl_factor must be a number in (1, 100), got inf"),
     ("algo.backend=numpy", "algo.backend=numpy cannot run algo.algorithm=ppo_kl: PPOKL changes PPO's minibatch "
                            "loss, whose gradient only autograd computes; use algo.backend=compiled (its "
-                           "default) or torch"),
+                           "default where no config pins numpy) or torch"),
 ])
 def test_its_own_keys_are_checked_in_one_line(override, message, make_config):
     with pytest.raises(ConfigError) as raised:

@@ -17,7 +17,7 @@ pytest.importorskip("transformers", reason="the token tasks need the optional ex
 from algorithms.lm_policy import CausalLMActorCritic  # noqa: E402
 from benchmarks.engine.reference_kl import ADAPTIVE_CLIP, EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards  # noqa: E402
 from benchmarks.engine.config import compose_config  # noqa: E402
-from benchmarks.engine.trainer import train
+from benchmarks.engine.trainer import train  # noqa: E402
 from benchmarks.engine.validate import ConfigError, validate_config  # noqa: E402
 from algorithms.lm_policy import next_token_log_probs  # noqa: E402
 from benchmarks.rlhf.env import EOS_ID, TokenVectorEnv  # noqa: E402

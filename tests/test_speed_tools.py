@@ -55,11 +55,12 @@ def test_engine_targets_says_met_by_the_targets_sense():
     assert row("update/seed", "CartPole", "recipe", "x", 0.3)["met"] == "yes"
 
 
-def test_gemm_routes_prints_every_route_for_one_seed_and_eight(capsys):
+def test_gemm_routes_writes_every_route_for_one_seed_and_eight(tmp_path):
     from benchmarks.speed.gemm_routes import main
 
-    main(["--calls", "3", "--repeats", "1"])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(("portable numerics", "native numerics"))
-    assert lines[1].split() == ["seeds", "torch", "bmm", "compiled", "loops", "numpy", "OpenBLAS"]
-    assert [line.split()[0] for line in lines[2:]] == ["1", "8"] and all(len(line.split()) == 4 for line in lines[2:])
+    main(["--calls", "3", "--repeats", "1", "--out", str(tmp_path / "gemm.md")])
+    text = (tmp_path / "gemm.md").read_text()
+    assert "python -m benchmarks.speed.gemm_routes --calls 3 --repeats 1 --out" in text
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert rows[0].replace(" ", "") == "|seeds|torchbmm(us)|compiledloops(us)|numpyOpenBLAS(us)|"
+    assert [row.split("|")[1].strip() for row in rows[2:]] == ["1", "8"]

@@ -126,7 +126,7 @@ def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(meth
         validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
     assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss changes PPO's "
                                  "minibatch loss, whose gradient only autograd computes; use "
-                                 "algo.backend=compiled (its default) or torch")
+                                 "algo.backend=compiled (its default where no config pins numpy) or torch")
     # by default such a variant trains on the population engine, which differentiates its own loss
     assert make_config(["env=CartPole", "algo=ppo"]).algo.backend == "compiled"
     cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
@@ -221,12 +221,35 @@ def test_a_schema_key_without_a_check_is_refused_by_name():
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 
 
+def sweep_jobs(experiment: str) -> list[list[str]]:
+    """Every job of an experiment's sweep as its overrides: the product of its swept keys' values (a list value,
+    seeds=[...], is one value; the seeds of a sweep over `seed` are left at one, they change no validation)."""
+    import itertools
+
+    params = OmegaConf.load(ROOT / "conf" / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
+    axes = [[f"{key}={value}"] if str(value).startswith("[") else [f"{key}={v}" for v in str(value).split(",")]
+            for key, value in params.items() if key != "seed"]
+    return [[f"+experiment={experiment}", *job] for job in itertools.product(*axes)]
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_job_of_every_experiment_composes_and_passes_validation(experiment, make_config):
-    """A suite's command must not fail on its 30th job: each (algo, env) of its sweep, with its seeds, is a
-    valid config (a preset whose loss the pinned backend cannot run, a task or key that does not exist, ...)."""
-    params = OmegaConf.load(ROOT / "conf" / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
-    seeds = [f"seeds={params.seeds}"] if "seeds" in params else []
-    for algo in str(params.get("algo", "ppo")).split(","):
-        for env in str(params.get("env", "CartPole")).split(","):
-            validate_config(make_config([f"+experiment={experiment}", f"algo={algo}", f"env={env}", *seeds]))
+    """A suite's command must not fail on its 30th job: each job of its sweep is a valid config (a preset whose
+    loss a pinned backend cannot run, a task or key that does not exist, ...)."""
+    jobs = sweep_jobs(experiment)
+    if any("env=RLHF" in override for job in jobs for override in job):
+        pytest.importorskip("transformers", reason="the token tasks need the optional extra: pip install -e .[rlhf]")
+    for job in jobs:
+        validate_config(make_config(job))
+
+
+@pytest.mark.parametrize("tune", sorted(p.stem for p in (ROOT / "conf" / "tune").glob("*.yaml")))
+def test_every_preset_a_study_can_search_composes_and_passes_validation(tune, make_config):
+    """A study's trials are configs too: every preset with a search space in conf/tune/<tune>.yaml passes (a
+    backend pinned there that cannot run a preset's loss would refuse every trial)."""
+    from benchmarks.tuning import tune_config
+
+    presets = [name for name in tune_config(tune)["hydra"]["sweeper"]["search_spaces"] if name in ALGOS]
+    assert presets
+    for algo in presets:
+        validate_config(make_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}"]))

@@ -357,8 +357,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
     torch.set_num_threads(cfg.torch_threads)
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
             for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
-    # algo.backend=compiled: the torch loss over the seed axis (algorithms/population.py); numpy: the retiring
-    # hand-derived gradient (algorithms/batched.py), kept so that the runs made with it still reproduce
+    # algo.backend=compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); numpy: the
+    # hand-derived gradient of PPO's loss with a seed axis (algorithms/batched.py)
     population = PopulationBatch if cfg.algo.backend == "compiled" else SeedBatch
     batch = population([run.algorithm for run in runs], [run.randoms for run in runs])
     env_cfg = cfg.env

@@ -50,12 +50,18 @@ OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 def fastest_backend(algorithm: str) -> str:
     """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the numpy backend where its hand-derived
     gradient is the algorithm's own loss's (PPO's), the compiled population engine, which differentiates the
-    algorithm's own torch loss, for an algorithm that changes the loss. Resolved when the config is composed,
-    so a run's stored config names the backend it ran on."""
+    algorithm's own torch loss, for a PPO variant that changes the loss, and torch (the eager trainer, which
+    runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds the resolved value,
+    the backend it ran on."""
     from algorithms import ALGORITHMS
+    from algorithms.ppo import PPO
 
     known = ALGORITHMS.get(algorithm)
-    return "compiled" if known is not None and not known.runs_on_numpy_backend() else "numpy"
+    if known is None:
+        return "numpy"  # an unknown algorithm: the validator refuses it in one line
+    if not (isinstance(known, type) and issubclass(known, PPO)):
+        return "torch"
+    return "numpy" if known.runs_on_numpy_backend() else "compiled"
 
 
 OmegaConf.register_new_resolver("fastest_backend", fastest_backend, replace=True)
@@ -362,7 +368,7 @@ def _cross_checks(data: dict) -> list[str]:
         # with another loss would step on a gradient its own loss never wrote.
         errors.append(f"algo.backend=numpy cannot run algo.algorithm={algo['algorithm']}: {algorithm.__name__} "
                       f"changes PPO's minibatch loss, whose gradient only autograd computes; use "
-                      f"algo.backend=compiled (its default) or torch")
+                      f"algo.backend=compiled (its default where no config pins numpy) or torch")
     if data["seeds"] is not None and env["family"] == "rlhf":
         errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
                       f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")

@@ -2,6 +2,7 @@
 
     python -m benchmarks.speed.gemm_routes                                 # this process's numerics mode
     SUITE_NUMERICS=native python -m benchmarks.speed.gemm_routes           # MKL's native branch, for comparison
+    python -m benchmarks.speed.gemm_routes --out results/tables/gemm_routes.md
 
 The products of a 64x64 MLP's minibatch step (64 rows), for one seed and for a population of 8:
     torch bmm        ATen's product: MKL, on its COMPATIBLE branch in portable mode (the same on Intel and AMD)
@@ -22,6 +23,8 @@ from benchmarks import numerics  # noqa: F401  (pins the portable kernels before
 
 import numpy as np
 import torch
+
+from benchmarks.speed.throughput import parse_timing_args, print_table, write_timing_table
 
 
 def microseconds(call, calls: int, repeats: int) -> float:
@@ -54,15 +57,21 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    args, started, load_before = parse_timing_args(parser, argv)
+    rows = [{"seeds": seeds, **{f"{route} (us)": round(cost, 1) for route, cost in products(seeds, args.calls,
+                                                                                            args.repeats).items()}}
+            for seeds in (1, 8)]
     record = numerics.kernel_record()
-    print(f"{numerics.MODE} numerics: torch {record['torch_cpu_capability']}, OpenBLAS {record['openblas_core']}; "
-          f"one 64x64 by 64x64 product per seed, us per call (medians of {args.repeats})")
-    print(f"{'seeds':>5}  {'torch bmm':>10}  {'compiled loops':>14}  {'numpy OpenBLAS':>14}")
-    for seeds in (1, 8):
-        cost = products(seeds, args.calls, args.repeats)
-        print(f"{seeds:>5}  {cost['torch bmm']:>10.1f}  {cost['compiled loops']:>14.1f}  {cost['numpy OpenBLAS']:>14.1f}")
+    table = print_table(rows, f"{numerics.MODE} numerics: torch {record['torch_cpu_capability']}, OpenBLAS "
+                              f"{record['openblas_core']}; one 64x64 by 64x64 product per seed, us per call "
+                              f"(medians of {args.repeats})")
+    if args.out:
+        write_timing_table(args.out, "One matrix product of the population's step, by each route", __spec__.name,
+                           argv, started, load_before, None,
+                           "One 64x64 by 64x64 product per seed, us per call (medians of "
+                           f"{args.repeats} timings of {args.calls} calls), one torch thread: torch's `bmm` (MKL), "
+                           "the product as a multiply and a sum compiled into loops of the pinned vector width, "
+                           "numpy's `matmul` (OpenBLAS).", table)
 
 
 if __name__ == "__main__":
