@@ -47,6 +47,12 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
     # the biased start there, on the same two rollouts.
     iterations = 2 if algo == "outer_ppo_biased" and env == "CartPole" else 1
     overrides = short_run(env, algo, iterations)
+    # One update: float rounding of the batched products, 2e-5. Two: the second update starts from weights that
+    # differ by that rounding and Adam's normalised steps can turn it into up to one step of the learning rate
+    # on a weight whose gradient is near 0 (4.9e-4 measured on an AVX-512 AMD EPYC, lr 6.9e-4, the same rollouts
+    # in both); a bias step taken wrongly or not at all moves weights by bias_coef x the last outer step, 1e-2
+    # and more. The second update's statistics likewise, to 1e-2 (approx_kl 0.02766 against 0.02781 measured).
+    tolerance = 2e-5 if iterations == 1 else compose_config(overrides).algo.lr
     seeds = [3, 7, 11, 19]
     train_batch(compose_config([*overrides, f"seeds={seeds}"]), [tmp_path / "population" / f"seed{s}" for s in seeds])
     for seed in (3, 19):
@@ -54,16 +60,14 @@ def test_seed_i_of_a_population_of_4_takes_the_update_it_takes_alone(algo, env, 
         alone = read_checkpoint(tmp_path / f"alone{seed}" / "checkpoint.pt")["algorithm"]["policy"]
         together = read_checkpoint(tmp_path / "population" / f"seed{seed}" / "checkpoint.pt")["algorithm"]["policy"]
         for name, value in alone.items():
-            # float rounding of batched products, grown by Adam's normalised steps over the updates: up to 2.25e-5
-            # measured (outer_ppo_biased, CartPole, two updates, on an AVX-512 AMD EPYC); a real difference in
-            # the update moves weights by the learning rate's order (1e-4 and more)
-            torch.testing.assert_close(together[name], value, rtol=0, atol=5e-5,
+            torch.testing.assert_close(together[name], value, rtol=0, atol=tolerance,
                                        msg=lambda text: f"seed {seed}, {name}: {text}")
         rows = [pd.read_csv(path / "train.csv").iloc[-1]
                 for path in (tmp_path / f"alone{seed}", tmp_path / "population" / f"seed{seed}")]
         for column in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
             if column in rows[0]:
-                assert rows[1][column] == pytest.approx(rows[0][column], rel=1e-3, abs=1e-5), column
+                assert rows[1][column] == pytest.approx(rows[0][column], rel=1e-3 if iterations == 1 else 1e-2,
+                                                        abs=1e-5), column
     first, last = (read_checkpoint(tmp_path / "population" / f"seed{s}" / "checkpoint.pt")["algorithm"]["policy"]
                    for s in (3, 19))
     assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
