@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
-from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
+from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
 from benchmarks.runs import existing_file
 

@@ -361,16 +361,20 @@ def tuning_steps(name: str) -> int | None:
     return None
 
 
-def run_tunings(runs: list[dict]) -> dict[str, str]:
-    """algo -> the +tuning=<name> its runs' command lines set (each run's .hydra/overrides.yaml), where they all do."""
+def tuning_override(overrides: Path) -> str | None:
+    """The +tuning=<name> a run's command line set (its .hydra/overrides.yaml), None where it set none."""
     from omegaconf import OmegaConf
 
+    listed = list(OmegaConf.load(overrides)) if overrides.exists() else []
+    return next((o.split("=", 1)[1] for o in listed if o.startswith("+tuning=")), None)
+
+
+def run_tunings(runs: list[dict]) -> dict[str, str]:
+    """algo -> the +tuning=<name> its runs' command lines set, where they all do."""
     named: dict[str, set] = {}
     for run in runs:
-        path = Path(run["dir"]) / ".hydra" / "overrides.yaml" if "dir" in run else None
-        overrides = list(OmegaConf.load(path)) if path is not None and path.exists() else []
-        named.setdefault(run["algo"], set()).add(next((o.split("=", 1)[1] for o in overrides
-                                                       if o.startswith("+tuning=")), None))
+        named.setdefault(run["algo"], set()).add(
+            tuning_override(Path(run["dir"]) / ".hydra" / "overrides.yaml") if "dir" in run else None)
     return {algo: names.pop() for algo, names in sorted(named.items()) if len(names) == 1 and None not in names}
 
 
@@ -867,17 +871,20 @@ def kl_coef(run: dict) -> float | None:
     return None if penalty is None else float(penalty["coef"])
 
 
+def pays_judge(env: dict) -> bool:
+    """A token task whose training reward is its judge's score (env kwargs reward: judge)."""
+    return (env.get("kwargs") or {}).get("reward") == "judge"
+
+
 def reward_is_judge(runs: list[dict]) -> bool:
-    """Token tasks whose training reward is their judge's score (env kwargs reward: judge): reward model and true
-    objective are one score, so a frontier has one panel and no reward hacking can show."""
-    return all((run["config"]["env"].get("kwargs") or {}).get("reward") == "judge" for run in runs)
+    """Runs whose reward model and true objective are one score: a frontier has one panel and no reward hacking
+    can show."""
+    return all(pays_judge(run["config"]["env"]) for run in runs)
 
 
 def reward_name(env: dict) -> str:
-    """What a token task's training reward scores, by its own name (JUDGE_METRIC where the reward is its judge)."""
-    if (env.get("kwargs") or {}).get("reward") == "judge":
-        return JUDGE_METRIC.get(env["name"], "judge's score")
-    return "reward model's score"
+    """What a token task's training reward scores, by its own name (the judge's where the reward is its judge)."""
+    return judge_name(env) if pays_judge(env) else "reward model's score"
 
 
 def judge_name(env: dict) -> str:
@@ -1023,8 +1030,8 @@ def suite_stamp(suite_dir: Path) -> str:
     digest = hashlib.sha256()
     tasks = sorted(p.name for p in suite_dir.iterdir() if (CONF_ENV / f"{p.name}.yaml").exists())
     digest.update(json.dumps({task: random_score(task) for task in tasks}).encode())  # what normalises its scores
-    tunings = sorted({line.split("=", 1)[1].strip() for path in suite_dir.rglob(".hydra/overrides.yaml")
-                      for line in path.read_text().splitlines() if line.startswith("- +tuning=")})
+    tunings = sorted({name for path in suite_dir.rglob(".hydra/overrides.yaml")
+                      if (name := tuning_override(path)) is not None})
     digest.update(json.dumps({name: tuning_steps(name) for name in tunings}).encode())  # what its titles say of them
     root = RESULTS.parent
     for path in [*REPORT_INPUTS, *sorted(p for p in suite_dir.rglob("*") if p.is_file() and is_committed_kind(p))]:

@@ -30,8 +30,6 @@ from algorithms import build_algorithm
 from algorithms.batched import RandomState, SeedBatch, seed_rollout
 from algorithms.population import PopulationBatch
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
-from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.checkpoint import (
     CHECKPOINT_FILES,
     CheckpointError,
@@ -41,6 +39,8 @@ from benchmarks.engine.checkpoint import (
     save_checkpoint,
     unpack_rng,
 )
+from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
 from benchmarks.engine.trainer import (
     Evaluator,

@@ -74,10 +74,11 @@ class SweepReport(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start)
-        run_dirs = [run_dir for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
-        refusals = {job_dir: job_refusal(job_dir) for job_dir in job_dirs}
-        statuses = [(run_dir, *job_status(run_dir, refusals[job_dir]))
-                    for job_dir in job_dirs for run_dir in job_run_dirs(job_dir)]
+        statuses = []
+        for job_dir in job_dirs:
+            refused = job_refusal(job_dir)
+            statuses += [(run_dir, *job_status(run_dir, refused)) for run_dir in job_run_dirs(job_dir)]
+        run_dirs = [run_dir for run_dir, _, _ in statuses]
         # paused (pause_at_steps, a pruned study's rungs): stopped where it was asked to, not a failure
         failed = [(run_dir, reason) for run_dir, status, reason in statuses if status not in ("complete", "paused")]
         paused = sum(status == "paused" for _, status, _ in statuses)

@@ -49,9 +49,9 @@ import numpy as np
 import torch
 
 from algorithms.lm_policy import CausalLMActorCritic
-from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import PROJECT_ROOT, compose_config, task_kwargs
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import train
 from benchmarks.rlhf.evaluation import SampledEvaluation
 from benchmarks.rlhf.models import model_dir, resolve_init_from
