@@ -17,3 +17,25 @@ QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episod
 def make_config():
     return compose_config
 
+
+
+def before_each_update(monkeypatch, hook) -> None:
+    """hook(algorithm, rollout, iteration) before every update on either backend: the eager trainer's PPO.update and
+    the population's update (the compiled engine, where PPO.update itself does not run)."""
+    from algorithms.population import PopulationBatch
+    from algorithms.ppo import PPO
+
+    eager_update, population_update = PPO.update, PopulationBatch.update
+
+    def eager(self, rollout, iteration):
+        hook(self, rollout, iteration)
+        return eager_update(self, rollout, iteration)
+
+    def population(self, rollouts, iteration, active):
+        for algorithm, rollout, on in zip(self.algorithms, rollouts, active):
+            if on:
+                hook(algorithm, rollout, iteration)
+        return population_update(self, rollouts, iteration, active)
+
+    monkeypatch.setattr(PPO, "update", eager)
+    monkeypatch.setattr(PopulationBatch, "update", population)

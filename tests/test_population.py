@@ -82,7 +82,7 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     the biased start and HP3O's buffer of finished episodes (its hybrid batches, of varying sizes) act."""
     import copy
 
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
     torch.manual_seed(0)
@@ -285,10 +285,10 @@ class PPOCountingEpochs(PPO):
         return super().run_epochs(epoch_batches, optimizer)
 
 
-def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_and_run_by_the_numpy_batch(
+def test_an_undeclared_override_of_the_update_loop_is_refused_and_once_declared_runs_its_own_code_per_seed(
         monkeypatch, tmp_path):
     # The declaration is the capability: a vectorized population would skip run_epochs, so it refuses the class
-    # until the class says population_update; the numpy batch trains it seed by seed with its own code.
+    # until the class says population_update; declared "per_seed", each seed's update runs the class's own code.
     from benchmarks.engine.validate import ConfigError, validate_config
 
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOCountingEpochs)
@@ -301,10 +301,7 @@ def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_
         "\"vectorized\" if the override changes nothing a population must run")
     monkeypatch.setattr(PPOCountingEpochs, "population_update", "per_seed", raising=False)
     validate_config(cfg)  # declared: accepted
-    monkeypatch.delattr(PPOCountingEpochs, "population_update")
-    numpy_batch = compose_config([*short_run("CartPole", "ppo", 1), "seeds=[0,1]", "algo.backend=numpy"])
-    validate_config(numpy_batch)
-    train_batch(numpy_batch, [tmp_path / "a", tmp_path / "b"])
+    train_batch(cfg, [tmp_path / "a", tmp_path / "b"])
     assert PPOCountingEpochs.epochs_run == 2  # each seed's own run_epochs, once per update
 
 
@@ -340,7 +337,7 @@ def test_an_override_from_a_mixin_is_refused_too():
 
 def test_a_stopped_hp3o_seed_takes_no_step_and_stops_nothing_else(eager):
     # A stopped seed's rollout has no valid rows (HP3O would cut it into zero minibatches); the others train on.
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
     cfg = compose_config(["algo=hp3o", "env=HalfCheetah", "algo.backend=compiled"])
@@ -376,7 +373,7 @@ def test_a_variant_that_redeclares_its_phases_is_trained_by_them_eagerly_and_in_
     stats = unclipped.update(rollout, 1)
     assert "grad_norm" not in stats and "explained_variance" not in stats  # its phase, not PPO's epoch loop
 
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
 
     member = PPOUnclipped(17, 6, False, cfg.algo, 10)
     member.policy.load_state_dict(clipped.policy.state_dict())

@@ -63,6 +63,11 @@ def task_network(env_cfg) -> dict | None:
     return network
 
 
+# algo.backend values of committed runs that this code no longer has: their runs stay as data (benchmarks.reproduce
+# names them; a sweep counts them complete).
+RETIRED_BACKENDS = {"numpy": "a hand-derived gradient of PPO's loss, since replaced by autograd on the one engine"}
+
+
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps")}

@@ -1,6 +1,6 @@
 """Where a training run's time goes, per phase of the loop, from the loop's own timers.
 
-    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend numpy --steps 40960
+    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend compiled --steps 40960
 
 Trains one run (no TensorBoard, checkpoints or intermediate evaluation) and prints
 the shares of its training wall time that the loop measured for each phase as it
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="HalfCheetah")
     parser.add_argument("--algo", default="ppo")
-    parser.add_argument("--backend", default="numpy", choices=["torch", "numpy"])
+    parser.add_argument("--backend", default="compiled", choices=["torch", "compiled"])
     parser.add_argument("--steps", type=int, default=40960)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
