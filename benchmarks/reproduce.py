@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -98,13 +99,13 @@ def not_comparable_here(run_dir: Path) -> str | None:
 
 
 def retired_backend(run_dir: Path, overrides: list[str]) -> str | None:
-    """One line when the run was made on a backend this code no longer has (unless the overrides name another):
+    """One line when the run was made on a retired backend (unless the overrides name another):
     its committed numbers stay as data, and nothing here can retrain them."""
     backend = (json.loads((run_dir / "summary.json").read_text()).get("config", {}).get("algo") or {}).get("backend")
     if backend not in RETIRED_BACKENDS or any(item.startswith("algo.backend=") for item in overrides):
         return None
     return (f"made with the retired algo.backend={backend} ({RETIRED_BACKENDS[backend]}): its numbers stay as "
-            f"data and are not rerun (--set algo.backend=compiled retrains it on today's engine)")
+            f"data and are not rerun (--set algo.backend=compiled retrains it on the compiled engine)")
 
 
 def stored_config(run_dir: Path):
@@ -135,10 +136,27 @@ class Reruns:
         return config
 
     def of(self, run_dir: Path) -> Path:
-        """The directory of run_dir's rerun (training it, or its batch, on first use)."""
+        """The directory of run_dir's rerun (training it, or its batch, on first use), its population program compiled
+        or eager as the run's was (they round differently)."""
         summary = json.loads((run_dir / "summary.json").read_text())
+        if not summary.get("batched"):  # the eager trainer's run
+            return self.trained(run_dir, summary)
+        program = summary["batched"].get("program", "compiled")  # runs that predate the key were compiled
+        saved = os.environ.get("POPULATION_COMPILE")
+        os.environ["POPULATION_COMPILE"] = "0" if program == "eager" else "1"
+        try:
+            return self.trained(run_dir, summary)
+        finally:
+            if saved is None:
+                os.environ.pop("POPULATION_COMPILE")
+            else:
+                os.environ["POPULATION_COMPILE"] = saved
+
+    def trained(self, run_dir: Path, summary: dict) -> Path:
         config = self.config(run_dir)
         batched = summary.get("batched")
+        if batched and config.get("seeds") is None and len(batched.get("trained_together") or batched["seeds"]) == 1:
+            batched = None  # a population of one: train() trains it so
         if batched and (config.get("seeds") is None or config.algo.backend != "compiled"):
             print(f"note: {run_dir} was trained in a batch; the overrides {self.overrides} retrain it alone",
                   flush=True)
@@ -182,6 +200,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="config overrides for the rerun (dotted keys), e.g. algo.backend=torch")
     parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)  # a child's counts: differing, retired
     args = parser.parse_args(argv)
+    retired = [item for item in args.set if item.partition("=")[::2] in
+               {("algo.backend", name) for name in RETIRED_BACKENDS}]
+    if retired:
+        parser.error(f"argument --set: {retired[0]} is a retired backend ({RETIRED_BACKENDS[retired[0].split('=')[1]]}); "
+                     f"use algo.backend=compiled or torch")
     try:
         args.run_dirs = runs_to_check(args.run_dirs, args.one_per_preset)
     except ValueError as error:

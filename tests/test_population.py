@@ -140,7 +140,7 @@ class PPOWithActionPenalty(PPO):
         return terms
 
 
-def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypatch, tmp_path):
+def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypatch, compiled, tmp_path):
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
     overrides = short_run("Pendulum", "ppo", 2)
     train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
@@ -210,7 +210,7 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo_kl", "outer_ppo"])  # outer_ppo: two phases, the critic's own Adam state
-def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, tmp_path):
+def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, compiled, tmp_path):
     overrides = ["env=CartPole", "env_family/values@env=shipped", f"algo={algo}", "algo.backend=compiled",
                  "seeds=[0,1]", "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2",
                  "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
@@ -228,7 +228,7 @@ def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(a
         assert_same_metrics(tmp_path / "killed" / "job" / f"seed{seed}", tmp_path / "reference" / "job" / f"seed{seed}")
 
 
-def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, capsys):
+def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, compiled, capsys):
     import shutil
 
     from algorithms import population
@@ -250,7 +250,7 @@ def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
     assert inductor.cpp.simdlen == 256
 
 
-def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises():
+def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises(compiled):
     # What a program reads as a Python number is compiled in as a constant; inside a block the guards that would
     # notice a change are skipped after the first call, and the next block's first call checks them and raises
     # rather than recompiling (a per-seed number that changes belongs in loss_inputs, as a tensor).
@@ -306,7 +306,7 @@ def test_an_undeclared_override_of_the_update_loop_is_refused_and_once_declared_
 
 
 @pytest.mark.parametrize("seeds", [[0], [0, 1]])
-def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds, tmp_path):
+def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds, compiled, tmp_path):
     # HP3O's hybrid batches change size from epoch to epoch (and seed to seed), so the population's count of
     # minibatch steps per epoch changes; the compiled program must still be the one compiled first (no recompile),
     # for a population of one (whose seed axis has size 1) as for more.

@@ -31,6 +31,11 @@ SEEDS = [int(seed) for seed in str(PARAMS.seed).split(",")]
 ALPHA, MIN_EFFECT, RESAMPLES = 0.05, 0.2, 10_000  # the command's defaults
 
 
+@pytest.fixture(autouse=True)
+def default_engine_compiled(compiled):
+    """The reference was made on the default engine, compiled: the reruns must be too, to match it bit for bit."""
+
+
 def train_candidates(env: str, algo: str, run_root: Path, *overrides: str) -> list[dict]:
     for seed in SEEDS:
         cfg = compose_config(["+experiment=regression_ci", f"env={env}", f"algo={algo}", f"seed={seed}", *overrides])

@@ -258,6 +258,24 @@ def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(make_con
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
 
 
+def test_a_checkpoint_of_the_retired_numpy_backend_is_refused_in_one_line(make_config, tmp_path):
+    from benchmarks.engine.checkpoint import save_checkpoint_file
+
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path)
+    (tmp_path / "summary.json").unlink()  # as if killed mid-run
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        checkpoint = read_checkpoint(tmp_path / name)
+        checkpoint["config"]["algo"]["backend"] = "numpy"  # as that backend's runs stored it
+        save_checkpoint_file(checkpoint, tmp_path / name)
+    with pytest.raises(CheckpointError) as refused:
+        train(cfg, tmp_path)
+    assert str(refused.value) == (
+        f"{tmp_path / 'checkpoint.pt'} was written by the retired algo.backend=numpy (a hand-derived gradient of "
+        f"PPO's loss; autograd computes it now), which cannot resume it: rerun with restart=true to train the run "
+        f"afresh")
+
+
 def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
     train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
     (tmp_path / "summary.json").unlink()

@@ -107,7 +107,7 @@ def test_trainer_marks_the_step_after_an_episode_end_as_a_reset_row(backend, mak
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole(make_config, tmp_path):
+def test_ppo_learns_cartpole(make_config, compiled, tmp_path):
     """Fixed seed, loose bound: a broken PPO stays near the random policy's ~20."""
     cfg = make_config(["env=CartPole", "total_steps=40960", "eval.every_steps=40960", "eval.episodes=10",
                        "logging.tensorboard=false", "logging.progress_bar=false"])

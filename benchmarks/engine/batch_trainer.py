@@ -115,7 +115,7 @@ class SeedRun(TrainingState):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         env_cfg, algo_cfg = cfg.env, cfg.algo
-        seed_everything(cfg.seed)  # as train() does, so that network init draws what a single-seed run draws
+        seed_everything(cfg.seed)  # as train_locked() does, so that network init draws what a single-seed run draws
         envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
         self.dims = space_dims(envs)
         obs_dim, action_dim, discrete, _ = self.dims
@@ -127,7 +127,7 @@ class SeedRun(TrainingState):
                          RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip),
                          envs, Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000))
         self.progress_bar = progress_bar
-        self.active = True
+        self.active, self.error = True, None  # error: the NonFiniteError that stopped this seed
 
     # the seed's own streams, in train()'s checkpoint layout (its "torch" is the seed's generator)
     def rng_state(self) -> dict:
@@ -381,18 +381,20 @@ def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     return chosen
 
 
-def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None) -> list[dict]:
+def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None,
+                one_run: bool = False) -> list[dict]:
     """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
-    run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone)."""
+    run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone).
+    one_run: a single run (train()'s population of one), whose error is the run's own, said once by its caller."""
     seeds = list(cfg.seeds) if seeds is None else list(seeds)
     with contextlib.ExitStack() as locks:
         for run_dir in run_dirs:
             Path(run_dir).mkdir(parents=True, exist_ok=True)
             locks.enter_context(run_lock(Path(run_dir)))
-        return train_batch_locked(cfg, run_dirs, seeds)
+        return train_batch_locked(cfg, run_dirs, seeds, one_run)
 
 
-def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) -> list[dict]:
+def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
@@ -406,7 +408,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
     obs_dim, _, _, action_shape = runs[0].dims
     rollout = Rollout.allocate(num_steps, len(runs) * num_envs, obs_dim, action_shape)
     rollouts = [seed_rollout(rollout, index, num_envs) for index in range(len(runs))]
-    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds}
+    # "program": compiled, or eager (POPULATION_COMPILE=0, or no C++ compiler): they round differently, so a rerun
+    # that must give the same numbers runs the same way (benchmarks/reproduce.py)
+    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds,
+                    "program": batch.mode}
 
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
@@ -501,7 +506,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                         run.active, run.error = False, error
                         write_json_atomic(run.run_dir / "summary.json", {
                             **run.summary_base("failed"), "error": f"NonFiniteError: {error}", "batched": batched_info})
-                        if len(runs) > 1:  # a population of one says it once, as the run's own error (below)
+                        if not one_run:  # a single run's caller says it once, as the run's own error (below)
                             print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
                     # times are the batch's; sps is this seed's steps over the batch's iteration time
@@ -530,7 +535,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                         next_checkpoint_at += checkpoint_every
                     phases.add("logging and checkpoints", time.perf_counter() - checkpoint_start)
                 if not any(run.active for run in runs):
-                    if len(runs) == 1:
+                    if one_run:
                         raise runs[0].error
                     raise NonFiniteError("every seed of the batch failed (see their summary.json)")
                 if interrupted and iteration < num_iterations:

@@ -63,9 +63,9 @@ def task_network(env_cfg) -> dict | None:
     return network
 
 
-# algo.backend values of committed runs that this code no longer has: their runs stay as data (benchmarks.reproduce
-# names them; a sweep counts them complete).
-RETIRED_BACKENDS = {"numpy": "a hand-derived gradient of PPO's loss, since replaced by autograd on the one engine"}
+# algo.backend values of committed runs that no code here trains: their runs stay as data (benchmarks.reproduce
+# names them; a sweep counts them complete; their checkpoints are refused in one line).
+RETIRED_BACKENDS = {"numpy": "a hand-derived gradient of PPO's loss; autograd computes it now"}
 
 
 def numbers_relevant(config: dict) -> dict:

@@ -365,12 +365,13 @@ def _cross_checks(data: dict) -> list[str]:
                       f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
     elif data["seeds"] is not None and algo["backend"] != "compiled":
         errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=compiled, "
-                      f"got {algo['backend']!r}: drop the algo.backend override")
+                      f"got {algo['backend']!r}: set algo.backend=compiled")
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
     if (data["seeds"] is not None or algo["backend"] == "compiled") and algo["target_kl"] is not None:
         errors.append(f"algo.target_kl must be null with seeds=[...] or algo.backend=compiled: early stopping is per "
-                      f"seed and a population steps all its seeds together (got {algo['target_kl']})")
+                      f"seed and a population steps all its seeds together (got {algo['target_kl']}); algo.backend=torch runs it "
+                      f"for one seed")
     if env["family"] == "rlhf":
         if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
             errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the compiled "

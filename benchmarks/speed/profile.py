@@ -9,7 +9,8 @@ ran (benchmarks/engine/trainer.py LOOP_PHASES, written to summary.json as
 observation normalisation, the update, evaluation, logging and checkpoints; the
 rest (copying rows into the rollout, episode bookkeeping, the loop itself) is
 what the timers leave. Start-up (building networks, envs, optimizers) is not in
-the training wall time. Any run's summary.json holds the same figures.
+the training wall time; on the compiled engine the first act and update calls
+compile their programs (seconds), inside the act and update phases. Any run's summary.json holds the same figures.
 For a finer view of one phase, run py-spy on `run.py` directly.
 """
 
