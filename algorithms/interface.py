@@ -43,11 +43,6 @@ class Algorithm(ABC):
         """One line per problem among keys that relate (each key's own range is in Config)."""
         return []
 
-    @classmethod
-    def runs_on_numpy_backend(cls) -> bool:
-        """Whether algo.backend=numpy (a hand-written gradient of PPO's loss) computes this algorithm's loss."""
-        return False
-
     # -- acting (called under torch.inference_mode) --------------------------
 
     @abstractmethod

@@ -19,7 +19,7 @@ import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, NamedTuple
+from typing import Annotated, NamedTuple
 
 import torch
 from torch import nn
@@ -37,16 +37,15 @@ from algorithms.core import (
     value_loss,
 )
 from algorithms.interface import Algorithm
-from algorithms.numpy_backend import NumpyActorCritic
 from algorithms.schema import (
     Before,
+    Check,
     Flag,
     Name,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     build_config,
-    one_of,
     optional_positive_number,
     positive_int_list,
     unit_interval,
@@ -82,10 +81,6 @@ class Phase(NamedTuple):
     logs_loss: bool = True                # train.csv's "loss": the sum of the terms
 
 
-# The methods that make up the minibatch loss: a class overriding any of them changes the loss.
-LOSS_METHODS = ("minibatch_step", "evaluate_minibatch", "loss_terms", "policy_term", "value_term", "entropy_term")
-
-
 @dataclass
 class PPOConfig:
     """algo.* of PPO (conf/algo/ppo.yaml); a variant's Config subclasses it with its own keys."""
@@ -106,10 +101,11 @@ class PPOConfig:
     vf_coef: NonNegativeFloat
     max_grad_norm: PositiveFloat
     target_kl: Annotated[float | None, optional_positive_number()]
-    # torch: eager autograd; compiled: the same loss over a seed axis, compiled (algorithms/population.py); numpy:
-    # the hand-derived gradient of PPO's loss. The default follows the loss (conf/algo/ppo.yaml). Runs before the
-    # numpy backend: torch.
-    backend: Annotated[str, one_of(["torch", "numpy", "compiled"]), Before("torch")]
+    # compiled: the loss over a seed axis, compiled (algorithms/population.py; a single seed is a population of
+    # one); torch: the same loss in eager autograd, one seed per process (token tasks, and the suites committed
+    # on it). Runs that predate the key: torch.
+    backend: Annotated[str, Check(lambda v: v in ("compiled", "torch"), "compiled or torch (the numpy backend, a "
+                                  "hand-derived gradient of PPO's loss, is retired)"), Before("torch")]
 
 
 class PPO(Algorithm):
@@ -130,29 +126,17 @@ class PPO(Algorithm):
                     f"{rollout_size}, got {algo['num_minibatches']}"]
         return []
 
-    @classmethod
-    def runs_on_numpy_backend(cls) -> bool:
-        # The numpy gradient is PPO's loss's: a changed loss would step on a gradient it never wrote.
-        return all(getattr(cls, method) is getattr(PPO, method) for method in LOSS_METHODS)
-
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
                  network: dict | None = None):
         self.cfg = build_config(self.Config, cfg)  # resolved once: the hot loop reads it per minibatch
         self.num_iterations = num_iterations
         self.policy = make_policy(obs_dim, action_dim, discrete, tuple(self.cfg.hidden_sizes), network)
-        # algo.backend=numpy: acting and the minibatch step in numpy on views of the same parameters
-        # (algorithms/numpy_backend.py); evaluation, values and the optimizers stay torch.
-        if self.cfg.backend == "numpy" and not self.runs_on_numpy_backend():
-            raise ValueError(f"algo.backend=numpy cannot run {type(self).__name__}: it changes PPO's minibatch loss")
-        self.numpy_policy = NumpyActorCritic(self.policy) if self.cfg.backend == "numpy" else None
         self.optimizer = self.build_optimizer()
 
     # -- construction -------------------------------------------------------
 
     def trained_parameters(self) -> list[nn.Parameter]:
-        """What the (inner) optimizer steps: the policy's parameters, or their one flat tensor on the numpy backend."""
-        if self.numpy_policy is not None:
-            return [self.numpy_policy.flat_parameter]
+        """What the (inner) optimizer steps: the policy's parameters."""
         return list(self.policy.parameters())
 
     def build_optimizer(self) -> torch.optim.Optimizer:
@@ -162,8 +146,6 @@ class PPO(Algorithm):
     # -- acting (called under torch.inference_mode by the trainer) ---------
 
     def act(self, obs: torch.Tensor):
-        if self.numpy_policy is not None:
-            return self.numpy_policy.act(obs)
         return self.policy.act(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -316,8 +298,6 @@ class PPO(Algorithm):
 
     def minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
         """One gradient step on the sum of loss_terms, the actor's and critic's gradient clipped together."""
-        if self.numpy_policy is not None:
-            return self.numpy_minibatch_step(minibatch, optimizer)
         return self.phase_step(PPO.update_phases(self)[0], minibatch, optimizer)
 
     def phase_step(self, phase: Phase, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -376,12 +356,6 @@ class PPO(Algorithm):
         stats["entropy"] = entropy_mean.detach()
         return -(self.cfg.ent_coef * entropy_mean)
 
-    def numpy_minibatch_step(self, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """minibatch_step with the loss and its gradient computed in numpy; the torch optimizer steps."""
-        stats = self.numpy_policy.minibatch_grads(minibatch, self.cfg)  # into flat_parameter.grad
-        optimizer.step()
-        return stats
-
     # -- per-seed numbers the loss reads (the population step passes them in as tensors) ---------------
 
     def loss_inputs(self) -> dict[str, float]:
@@ -412,7 +386,7 @@ class PPO(Algorithm):
 
 
 class StatsTracker:
-    """Collects per-minibatch scalars (tensors, or floats from the numpy backend); averages once at the end."""
+    """Collects per-minibatch scalars; averages once at the end."""
 
     def __init__(self):
         self.values: dict[str, list[torch.Tensor | float]] = {}

@@ -39,7 +39,8 @@ def load_agent(checkpoint_path: Path):
     num_iterations = cfg.total_steps // (cfg.env.num_envs * cfg.env.num_steps)
     algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,
                                 network=task_network(cfg.env))
-    algorithm.load_state_dict(checkpoint["algorithm"])
+    # the policy is all an evaluation needs (an optimizer's state may be of a retired backend's layout)
+    algorithm.policy.load_state_dict(checkpoint["algorithm"]["policy"])
     obs_normalizer = ObservationNormalizer((obs_dim,), cfg.env.normalize_obs, clip=cfg.env.obs_clip)
     obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
     return algorithm, obs_normalizer, cfg

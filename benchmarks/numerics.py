@@ -145,7 +145,7 @@ def kernel_record() -> dict:
 def one_blas_thread() -> None:
     """numpy's OpenBLAS on one thread (as torch is, torch_threads: 1), in either mode: a run is one core and runs
     are parallelised by processes. Its default, a thread per core, lets two training processes on two cores
-    oversubscribe them: the numpy backend's minibatch step measured 5x slower that way under load. Threading splits
+    oversubscribe them: a numpy minibatch step of PPO measured 5x slower that way under load. Threading splits
     a product's output, not its sums, so the numbers are the same (checked on CartPole and HalfCheetah runs)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -1,7 +1,7 @@
 """Rerun stored runs from their own config and compare every logged number with the stored one.
 
     python -m benchmarks.reproduce results/runs/classic/CartPole/ppo/seed0 [RUN_DIR ...]
-    python -m benchmarks.reproduce RUN_DIR --set algo.backend=numpy     # the same run on another backend
+    python -m benchmarks.reproduce RUN_DIR --set algo.backend=torch     # the same run on another backend
     python -m benchmarks.reproduce results/runs/classic_tuned --one-per-preset   # a suite: its last seed per (task, preset)
 
 For each run directory the config stored in its summary.json is trained again
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from omegaconf import OmegaConf
 
 from benchmarks import numerics
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.engine.config import compose_config, with_later_keys
+from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_later_keys
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
 from benchmarks.engine.trainer import train
@@ -97,6 +98,16 @@ def not_comparable_here(run_dir: Path) -> str | None:
             f"promised only for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
 
 
+def retired_backend(run_dir: Path, overrides: list[str]) -> str | None:
+    """One line when the run was made on a retired backend (unless the overrides name another):
+    its committed numbers stay as data, and nothing here can retrain them."""
+    backend = (json.loads((run_dir / "summary.json").read_text()).get("config", {}).get("algo") or {}).get("backend")
+    if backend not in RETIRED_BACKENDS or any(item.startswith("algo.backend=") for item in overrides):
+        return None
+    return (f"made with the retired algo.backend={backend} ({RETIRED_BACKENDS[backend]}): its numbers stay as "
+            f"data and are not rerun (--set algo.backend=compiled retrains it on the compiled engine)")
+
+
 def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
@@ -125,11 +136,28 @@ class Reruns:
         return config
 
     def of(self, run_dir: Path) -> Path:
-        """The directory of run_dir's rerun (training it, or its batch, on first use)."""
+        """The directory of run_dir's rerun (training it, or its batch, on first use), its population program compiled
+        or eager as the run's was (they round differently)."""
         summary = json.loads((run_dir / "summary.json").read_text())
+        if not summary.get("batched"):  # the eager trainer's run
+            return self.trained(run_dir, summary)
+        program = summary["batched"].get("program", "compiled")  # runs that predate the key were compiled
+        saved = os.environ.get("POPULATION_COMPILE")
+        os.environ["POPULATION_COMPILE"] = "0" if program == "eager" else "1"
+        try:
+            return self.trained(run_dir, summary)
+        finally:
+            if saved is None:
+                os.environ.pop("POPULATION_COMPILE")
+            else:
+                os.environ["POPULATION_COMPILE"] = saved
+
+    def trained(self, run_dir: Path, summary: dict) -> Path:
         config = self.config(run_dir)
         batched = summary.get("batched")
-        if batched and (config.get("seeds") is None or config.algo.backend != "numpy"):
+        if batched and config.get("seeds") is None and len(batched.get("trained_together") or batched["seeds"]) == 1:
+            batched = None  # a population of one: train() trains it so
+        if batched and (config.get("seeds") is None or config.algo.backend != "compiled"):
             print(f"note: {run_dir} was trained in a batch; the overrides {self.overrides} retrain it alone",
                   flush=True)
             batched = None
@@ -169,9 +197,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one-per-preset", action="store_true",
                         help="of a suite directory, only the highest seed of each (task, preset)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides for the rerun (dotted keys), e.g. algo.backend=numpy")
-    parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)  # a child's count of differing runs
+                        help="config overrides for the rerun (dotted keys), e.g. algo.backend=torch")
+    parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)  # a child's counts: differing, retired
     args = parser.parse_args(argv)
+    retired = [item for item in args.set if item.partition("=")[::2] in
+               {("algo.backend", name) for name in RETIRED_BACKENDS}]
+    if retired:
+        parser.error(f"argument --set: {retired[0]} is a retired backend ({RETIRED_BACKENDS[retired[0].split('=')[1]]}); "
+                     f"use algo.backend=compiled or torch")
     try:
         args.run_dirs = runs_to_check(args.run_dirs, args.one_per_preset)
     except ValueError as error:
@@ -180,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     # started with that mode (the mode is fixed when numpy and torch load, so this process cannot switch).
     here = numerics.base_mode(numerics.MODE)
     other_mode = [d for d in args.run_dirs if stored_numerics_mode(d) != here]
-    differing = 0
+    differing = retired = 0
     if other_mode:
         mode = "native" if here == "portable" else "portable"
         print(f"{len(other_mode)} run(s) were made with {mode} kernels: rerunning them in a child process "
@@ -191,10 +224,17 @@ def main(argv: list[str] | None = None) -> None:
             child = subprocess.run([sys.executable, "-m", "benchmarks.reproduce", *map(str, other_mode),
                                     *set_arguments, "--tally", str(tally)], env=numerics.environment_for(mode))
             # a child that died before its tally counts all its runs as not reproduced
-            differing += int(tally.read_text()) if child.returncode in (0, 1) and tally.exists() else len(other_mode)
+            child_counts = tally.read_text().split() if child.returncode in (0, 1) and tally.exists() else None
+            differing += int(child_counts[0]) if child_counts else len(other_mode)
+            retired += int(child_counts[1]) if child_counts else 0
     with tempfile.TemporaryDirectory() as tmp:
         reruns = Reruns(Path(tmp), list(args.set))
         for run_dir in [d for d in args.run_dirs if d not in other_mode]:
+            data_only = retired_backend(run_dir, args.set)
+            if data_only:
+                print(f"{run_dir}: {data_only}")
+                retired += 1
+                continue
             elsewhere = not_comparable_here(run_dir)
             if elsewhere:
                 print(f"{run_dir}: {elsewhere}")
@@ -209,9 +249,11 @@ def main(argv: list[str] | None = None) -> None:
             for line in lines:
                 print(f"  {line}")
     if args.tally:
-        args.tally.write_text(str(differing))
+        args.tally.write_text(f"{differing} {retired}")
         sys.exit(1 if differing else 0)
-    print(f"{len(args.run_dirs) - differing} of {len(args.run_dirs)} runs reproduce every logged number")
+    rerun = len(args.run_dirs) - retired
+    data_only = f" ({retired} made with a retired backend: data, not rerun)" if retired else ""
+    print(f"{rerun - differing} of {rerun} runs reproduce every logged number{data_only}")
     sys.exit(1 if differing else 0)
 
 

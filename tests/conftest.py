@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,11 @@ import pytest
 from benchmarks.engine.config import compose_config  # noqa: F401  (tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
+# The population engine's program runs eagerly in tests (the same code: loss terms, torch.func over the seed axis,
+# the masked Adam), without a compile per program and process; the tests of what compiling adds - guards, no
+# recompile, the pinned vector width, bit-exact reruns of the compiled CI reference, resume of a compiled run -
+# ask for it with the `compiled` fixture. Subprocesses (run.py) inherit the setting.
+os.environ.setdefault("POPULATION_COMPILE", "0")
 # Overrides that keep a run small and quiet: no TensorBoard, no bar, one eval episode.
 QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episodes=1", "eval.at_start=false"]
 
@@ -17,3 +23,31 @@ QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episod
 def make_config():
     return compose_config
 
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The population's program compiled, as a run outside the tests is (a C++ compiler present)."""
+    monkeypatch.setenv("POPULATION_COMPILE", "1")
+
+
+def before_each_update(monkeypatch, hook) -> None:
+    """hook(algorithm, rollout, iteration) before every update on either backend: the eager trainer's PPO.update and
+    the population's update (the compiled engine, where PPO.update itself does not run)."""
+    from algorithms.population import PopulationBatch
+    from algorithms.ppo import PPO
+
+    eager_update, population_update = PPO.update, PopulationBatch.update
+
+    def eager(self, rollout, iteration):
+        hook(self, rollout, iteration)
+        return eager_update(self, rollout, iteration)
+
+    def population(self, rollouts, iteration, active):
+        if self.vectorized:  # else each seed's own update runs, PPO.update's hook included
+            for algorithm, rollout, on in zip(self.algorithms, rollouts, active):
+                if on:
+                    hook(algorithm, rollout, iteration)
+        return population_update(self, rollouts, iteration, active)
+
+    monkeypatch.setattr(PPO, "update", eager)
+    monkeypatch.setattr(PopulationBatch, "update", population)

@@ -1,6 +1,6 @@
-"""Many seeds in one process (seeds=[...]; algorithms/batched.py, benchmarks/engine/batch_trainer.py): each seed of a
-batch is the run it would be alone up to float rounding, every preset runs batched, kill -9 resumes a batch
-exactly, and a sweep packs seeds into batched jobs."""
+"""Many seeds in one process (seeds=[...]; benchmarks/engine/batch_trainer.py): kill -9 resumes a batch exactly, a
+sweep packs seeds into batched jobs, and what a batch cannot run is refused in one line. That seed i of a batch
+takes the update it takes alone is tests/test_population.py's."""
 
 from __future__ import annotations
 
@@ -9,55 +9,16 @@ import signal
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
-import torch
 
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
-from benchmarks.engine.trainer import train
 from tests.conftest import ROOT
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
-STAT_COLUMNS = ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "ratio_mean",
-                "explained_variance", "episode_return_mean"]
-
-
-def one_iteration(env: str, algo: str) -> list[str]:
-    return [f"env={env}", f"algo={algo}", "algo.backend=numpy", "env.num_envs=2", "env.num_steps=256",
-            "total_steps=512", "eval.every_steps=512", "eval.episodes=2", "logging.progress_bar=false",
-            "logging.tensorboard=false"]
-
-
-@pytest.mark.parametrize("env,algo", [("CartPole", "ppo"), ("Pendulum", "ppo"), ("CartPole", "outer_ppo"),
-                                      ("Pendulum", "outer_ppo_nesterov"), ("Pendulum", "hp3o_plus")])
-def test_seed_i_of_a_batch_takes_the_first_update_seed_i_takes_alone(env, algo, tmp_path):
-    overrides = one_iteration(env, algo)
-    batch_cfg = compose_config([*overrides, "seeds=[3,7,11]"])
-    train_batch(batch_cfg, [tmp_path / "batch" / f"seed{seed}" for seed in (3, 7, 11)])
-    for seed in (3, 11):
-        train(compose_config([*overrides, f"seed={seed}"]), tmp_path / f"alone{seed}")
-        alone = read_checkpoint(tmp_path / f"alone{seed}" / "checkpoint.pt")
-        batched = read_checkpoint(tmp_path / "batch" / f"seed{seed}" / "checkpoint.pt")
-        for name, value in alone["algorithm"]["policy"].items():
-            torch.testing.assert_close(batched["algorithm"]["policy"][name], value, rtol=0, atol=1e-5,
-                                       msg=lambda text: f"seed {seed}, {name}: {text}")
-        assert batched["config"]["seed"] == seed and batched["config"]["seeds"] == [3, 7, 11]
-        rows = [pd.read_csv(path / "train.csv").iloc[0] for path in (tmp_path / f"alone{seed}",
-                                                                        tmp_path / "batch" / f"seed{seed}")]
-        for column in [c for c in STAT_COLUMNS if c in rows[0]]:  # each algorithm logs its own statistics
-            assert rows[1][column] == pytest.approx(rows[0][column], rel=1e-4, abs=1e-6), column
-        summary = json.loads((tmp_path / "batch" / f"seed{seed}" / "summary.json").read_text())
-        assert summary["status"] == "complete" and summary["batched"]["seeds"] == [3, 7, 11]
-    # the seeds of a batch are different runs, not copies of one
-    first, last = (read_checkpoint(tmp_path / "batch" / f"seed{s}" / "checkpoint.pt")["algorithm"]["policy"]
-                   for s in (3, 11))
-    assert all(not torch.equal(first[name], last[name]) for name in first if name.endswith("weight"))
-
-
 # 8 iterations of 512 steps per seed, a checkpoint after each; the family's own values (as SMALL_RUN)
-SMALL_BATCH = ["env=CartPole", "env_family/values@env=shipped", "algo.backend=numpy", "seeds=[0,1,2]",
+SMALL_BATCH = ["env=CartPole", "env_family/values@env=shipped", "seeds=[0,1,2]",
                "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2", "logging.checkpoint_every_steps=512",
                "logging.progress_bar=false"]
 
@@ -87,7 +48,7 @@ def test_sigkill_mid_batch_then_rerun_logs_the_uninterrupted_numbers_for_every_s
 
 
 def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed_runs(tmp_path):
-    command = [sys.executable, str(ROOT / "run.py"), "-m", "algo=ppo", "env=CartPole", "algo.backend=numpy",
+    command = [sys.executable, str(ROOT / "run.py"), "-m", "algo=ppo", "env=CartPole",
                "seeds=[0,1],[2,3]", "total_steps=1024", "eval.every_steps=1024", "eval.episodes=1",
                "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -105,7 +66,7 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
 
 
 @pytest.mark.parametrize("override,message", [
-    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=compiled or numpy, got 'torch'"),
+    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=compiled, got 'torch'"),
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
     (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with seeds=[...]"),
 ])

@@ -82,7 +82,7 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
     the biased start and HP3O's buffer of finished episodes (its hybrid batches, of varying sizes) act."""
     import copy
 
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
     torch.manual_seed(0)
@@ -140,7 +140,7 @@ class PPOWithActionPenalty(PPO):
         return terms
 
 
-def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypatch, tmp_path):
+def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypatch, compiled, tmp_path):
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
     overrides = short_run("Pendulum", "ppo", 2)
     train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
@@ -210,7 +210,7 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo_kl", "outer_ppo"])  # outer_ppo: two phases, the critic's own Adam state
-def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, tmp_path):
+def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, compiled, tmp_path):
     overrides = ["env=CartPole", "env_family/values@env=shipped", f"algo={algo}", "algo.backend=compiled",
                  "seeds=[0,1]", "total_steps=4096", "eval.every_steps=1024", "eval.episodes=2",
                  "logging.checkpoint_every_steps=512", "logging.progress_bar=false"]
@@ -228,7 +228,7 @@ def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(a
         assert_same_metrics(tmp_path / "killed" / "job" / f"seed{seed}", tmp_path / "reference" / "job" / f"seed{seed}")
 
 
-def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, capsys):
+def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_line(monkeypatch, compiled, capsys):
     import shutil
 
     from algorithms import population
@@ -250,7 +250,7 @@ def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
     assert inductor.cpp.simdlen == 256
 
 
-def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises():
+def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises(compiled):
     # What a program reads as a Python number is compiled in as a constant; inside a block the guards that would
     # notice a change are skipped after the first call, and the next block's first call checks them and raises
     # rather than recompiling (a per-seed number that changes belongs in loss_inputs, as a tensor).
@@ -285,10 +285,10 @@ class PPOCountingEpochs(PPO):
         return super().run_epochs(epoch_batches, optimizer)
 
 
-def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_and_run_by_the_numpy_batch(
+def test_an_undeclared_override_of_the_update_loop_is_refused_and_once_declared_runs_its_own_code_per_seed(
         monkeypatch, tmp_path):
     # The declaration is the capability: a vectorized population would skip run_epochs, so it refuses the class
-    # until the class says population_update; the numpy batch trains it seed by seed with its own code.
+    # until the class says population_update; declared "per_seed", each seed's update runs the class's own code.
     from benchmarks.engine.validate import ConfigError, validate_config
 
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOCountingEpochs)
@@ -301,15 +301,12 @@ def test_an_undeclared_override_of_the_update_loop_is_refused_by_the_population_
         "\"vectorized\" if the override changes nothing a population must run")
     monkeypatch.setattr(PPOCountingEpochs, "population_update", "per_seed", raising=False)
     validate_config(cfg)  # declared: accepted
-    monkeypatch.delattr(PPOCountingEpochs, "population_update")
-    numpy_batch = compose_config([*short_run("CartPole", "ppo", 1), "seeds=[0,1]", "algo.backend=numpy"])
-    validate_config(numpy_batch)
-    train_batch(numpy_batch, [tmp_path / "a", tmp_path / "b"])
+    train_batch(cfg, [tmp_path / "a", tmp_path / "b"])
     assert PPOCountingEpochs.epochs_run == 2  # each seed's own run_epochs, once per update
 
 
 @pytest.mark.parametrize("seeds", [[0], [0, 1]])
-def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds, tmp_path):
+def test_hp3o_trains_compiled_through_epochs_of_different_minibatch_counts(seeds, compiled, tmp_path):
     # HP3O's hybrid batches change size from epoch to epoch (and seed to seed), so the population's count of
     # minibatch steps per epoch changes; the compiled program must still be the one compiled first (no recompile),
     # for a population of one (whose seed axis has size 1) as for more.
@@ -340,7 +337,7 @@ def test_an_override_from_a_mixin_is_refused_too():
 
 def test_a_stopped_hp3o_seed_takes_no_step_and_stops_nothing_else(eager):
     # A stopped seed's rollout has no valid rows (HP3O would cut it into zero minibatches); the others train on.
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
     cfg = compose_config(["algo=hp3o", "env=HalfCheetah", "algo.backend=compiled"])
@@ -376,7 +373,7 @@ def test_a_variant_that_redeclares_its_phases_is_trained_by_them_eagerly_and_in_
     stats = unclipped.update(rollout, 1)
     assert "grad_norm" not in stats and "explained_variance" not in stats  # its phase, not PPO's epoch loop
 
-    from algorithms.batched import RandomState
+    from benchmarks.engine.batch_trainer import RandomState
 
     member = PPOUnclipped(17, 6, False, cfg.algo, 10)
     member.policy.load_state_dict(clipped.policy.state_dict())

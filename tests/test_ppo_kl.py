@@ -93,9 +93,6 @@ def test_beta_adapts_in_training_and_survives_a_checkpoint(make_config, tmp_path
     ("algo.kl_target=0", "algo.kl_target must be a number > 0, got 0"),
     ("algo.kl_tolerance=1.0", "algo.kl_tolerance must be a number in (1, 100), got 1.0"),
     ("algo.kl_factor=inf", "algo.kl_factor must be a number in (1, 100), got inf"),
-    ("algo.backend=numpy", "algo.backend=numpy cannot run algo.algorithm=ppo_kl: PPOKL changes PPO's minibatch "
-                           "loss, whose gradient only autograd computes; use algo.backend=compiled (its "
-                           "default where no config pins numpy) or torch"),
 ])
 def test_its_own_keys_are_checked_in_one_line(override, message, make_config):
     with pytest.raises(ConfigError) as raised:
@@ -109,11 +106,11 @@ def test_its_keys_are_refused_on_other_algorithms(make_config):
 
 
 
-def test_it_trains_on_the_population_engine_by_default_and_ppo_on_the_numpy_gradient(make_config):
-    """algo.backend's default follows the loss: autograd's compiled engine for a changed loss, numpy's
-    hand-derived gradient for PPO's own; a task family's own backend wins (token tasks: torch)."""
+def test_it_trains_on_the_population_engine_by_default_as_ppo_does(make_config):
+    """algo.backend's default: the compiled engine for PPO and every variant; a task family's own backend wins
+    (token tasks: torch)."""
     assert make_config(["algo=ppo_kl", "env=CartPole"]).algo.backend == "compiled"
-    assert make_config(["algo=ppo", "env=CartPole"]).algo.backend == "numpy"
+    assert make_config(["algo=ppo", "env=CartPole"]).algo.backend == "compiled"
     assert make_config(["algo=ppo_kl", "env=RLHFPraise"]).algo.backend == "torch"
 
 

@@ -19,10 +19,43 @@ def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_pat
     assert "note:" not in out  # same machine: nothing to say
 
     with pytest.raises(SystemExit) as other:
-        reproduce_main([str(run_dir), "--set", "algo.backend=numpy"])  # other float rounding
+        reproduce_main([str(run_dir), "--set", "algo.backend=compiled"])  # other float rounding
     out = capsys.readouterr().out
     assert other.value.code == 1
     assert "DIFF train.csv" in out and "0 of 1 runs reproduce" in out
+
+
+def test_a_run_of_the_retired_numpy_backend_is_named_in_one_line_and_kept_as_data(make_config, tmp_path, capsys):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    run_dir = tmp_path / "run"
+    train(make_config(["env=CartPole", "algo.backend=torch", "total_steps=512", *QUIET]), run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["config"]["algo"]["backend"] = "numpy"  # as the runs made on it store it
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()  # the training's own lines
+    with pytest.raises(SystemExit) as retired:
+        reproduce_main([str(run_dir)])
+    lines = capsys.readouterr().out.splitlines()
+    assert retired.value.code == 0
+    assert lines == [f"{run_dir}: made with the retired algo.backend=numpy (a hand-derived gradient of PPO's loss; "
+                     f"autograd computes it now): its numbers stay as data and are not rerun "
+                     f"(--set algo.backend=compiled retrains it on the compiled engine)",
+                     "0 of 0 runs reproduce every logged number (1 made with a retired backend: data, not rerun)"]
+    # an override naming the retired backend is refused in one line
+    with pytest.raises(SystemExit) as refused:
+        reproduce_main([str(run_dir), "--set", "algo.backend=numpy"])
+    assert refused.value.code == 2 and capsys.readouterr().err.endswith(
+        "argument --set: algo.backend=numpy is a retired backend (a hand-derived gradient of PPO's loss; autograd "
+        "computes it now); use algo.backend=compiled or torch\n")
+    # and the command that made it (now on the compiled engine by default) counts it complete
+    again = subprocess.run([sys.executable, str(ROOT / "run.py"), "env=CartPole", "total_steps=512", *QUIET,
+                            f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 0 and f"already complete, skipped: {run_dir}" in again.stderr, again.stderr[-2000:]
 
 
 def test_a_run_records_its_cpu_and_reproduce_says_when_it_compares_across_cpus(make_config, tmp_path):
@@ -64,11 +97,9 @@ def test_the_loop_times_its_phases_and_the_profile_reads_them(make_config, tmp_p
 
 
 def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp_path, capsys):
-    import json
-
     from benchmarks.engine.batch_trainer import train_batch
 
-    config = make_config(["env=Pendulum", "algo.backend=numpy", "seeds=[4,5,6]", "total_steps=2048",
+    config = make_config(["env=Pendulum", "seeds=[4,5,6]", "total_steps=2048",
                           "eval.every_steps=1024", *QUIET])
     runs = [tmp_path / "job" / f"seed{seed}" for seed in (4, 5, 6)]
     train_batch(config, runs)
@@ -83,14 +114,6 @@ def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp
         reproduce_main([str(runs[0]), "--set", "algo.backend=torch"])
     out = capsys.readouterr().out
     assert torch_backend.value.code == 1 and "retrain it alone" in out and "DIFF train.csv" in out
-
-    # Alone, the same config rounds differently (batched matrix products, the batch's one Adam): not the run.
-    summary = json.loads((runs[2] / "summary.json").read_text())
-    del summary["batched"]
-    (runs[2] / "summary.json").write_text(json.dumps(summary))
-    with pytest.raises(SystemExit) as alone:
-        reproduce_main([str(runs[2])])
-    assert alone.value.code == 1 and "DIFF train.csv" in capsys.readouterr().out
 
 
 def test_a_suite_directory_gives_its_runs_or_one_per_preset(make_config, tmp_path):
@@ -124,3 +147,22 @@ def test_a_statistic_logged_since_is_no_difference_but_a_lost_or_changed_one_is(
     pd.DataFrame({"env_steps": [512, 1024], "loss": [0.5, 0.26], "outer_sigma_eff": [1.0, 1.0]}).to_csv(
         rerun / COMPARED_LOGS[0], index=False)
     assert compare_logs(stored, rerun)[0].startswith("DIFF")
+
+
+def test_a_population_run_is_rerun_compiled_or_eager_as_it_was_made(make_config, tmp_path, capsys, monkeypatch):
+    """Compiled and eager programs round differently: the summary records which one trained, and the rerun uses it
+    whatever this process would choose (here: a run made eager, as without a C++ compiler, rerun where compiling
+    is the default)."""
+    import json
+
+    monkeypatch.setenv("POPULATION_COMPILE", "0")
+    run_dir = tmp_path / "run"
+    train(make_config(["env=CartPole", "total_steps=1024", *QUIET]), run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["batched"]["program"] == "eager"
+    monkeypatch.setenv("POPULATION_COMPILE", "1")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as same:
+        reproduce_main([str(run_dir)])
+    out = capsys.readouterr().out
+    assert same.value.code == 0 and "1 of 1 runs reproduce every logged number" in out, out
+    assert "note:" not in out  # a population of one is retrained as one, without a note

@@ -64,9 +64,9 @@ def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o", "outer_ppo_nesterov+numpy"])
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o", "outer_ppo_nesterov+torch"])
 def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers(algo, make_config, tmp_path):
-    preset, _, backend = algo.partition("+")  # +numpy: algo.backend=numpy (flat parameter, its optimizer states)
+    preset, _, backend = algo.partition("+")  # +torch: the eager trainer (default: compiled, a population of one)
     overrides = [f"algo={preset}", *([f"algo.backend={backend}"] if backend else []), *SMALL_RUN]
     train(make_config(overrides), tmp_path / "reference")  # in this process: the same numbers
 
@@ -157,9 +157,13 @@ def test_sigusr1_from_slurm_checkpoints_and_stops_the_run_like_sigterm(tmp_path)
     assert rows["env_steps"].iloc[-1] == summary["env_steps"], "no row after the checkpoint"
 
 
-def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(make_config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(backend, make_config, tmp_path,
+                                                                             monkeypatch):
     """submitit installs a SIGUSR2 handler that requeues the job; it must still run, after our checkpoint."""
-    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    from conftest import before_each_update
+
+    cfg = make_config(["algo=ppo", f"algo.backend={backend}", *SMALL_RUN, *QUIET])
     train(cfg, tmp_path / "reference")
 
     calls = []
@@ -168,23 +172,20 @@ def test_a_signal_is_handed_to_the_launchers_own_handler_after_the_checkpoint(ma
         calls.append(read_checkpoint(tmp_path / "run" / "checkpoint.pt")["iteration"])
         raise SystemExit(-1)
 
-    original_update = PPO.update
-
-    def update_then_signal(self, rollout, iteration):
+    def signal_at_iteration_4(algorithm, rollout, iteration):
         if iteration == 4:
             os.kill(os.getpid(), signal.SIGUSR2)  # arrives mid-iteration
-        return original_update(self, rollout, iteration)
 
     previous = signal.signal(signal.SIGUSR2, launcher_handler)
     try:
-        monkeypatch.setattr(PPO, "update", update_then_signal)
-        with pytest.raises(SystemExit):
-            train(cfg, tmp_path / "run")
+        with monkeypatch.context() as patched:
+            before_each_update(patched, signal_at_iteration_4)
+            with pytest.raises(SystemExit):
+                train(cfg, tmp_path / "run")
         assert signal.getsignal(signal.SIGUSR2) is launcher_handler  # restored
     finally:
         signal.signal(signal.SIGUSR2, previous)
     assert calls == [4], "the launcher's handler runs once, after the iteration finished and was checkpointed"
-    monkeypatch.setattr(PPO, "update", original_update)
     train(cfg, tmp_path / "run")
     assert_same_metrics(tmp_path / "reference", tmp_path / "run")
 
@@ -257,6 +258,24 @@ def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(make_con
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
 
 
+def test_a_checkpoint_of_the_retired_numpy_backend_is_refused_in_one_line(make_config, tmp_path):
+    from benchmarks.engine.checkpoint import save_checkpoint_file
+
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET])
+    train(cfg, tmp_path)
+    (tmp_path / "summary.json").unlink()  # as if killed mid-run
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        checkpoint = read_checkpoint(tmp_path / name)
+        checkpoint["config"]["algo"]["backend"] = "numpy"  # as that backend's runs stored it
+        save_checkpoint_file(checkpoint, tmp_path / name)
+    with pytest.raises(CheckpointError) as refused:
+        train(cfg, tmp_path)
+    assert str(refused.value) == (
+        f"{tmp_path / 'checkpoint.pt'} was written by the retired algo.backend=numpy (a hand-derived gradient of "
+        f"PPO's loss; autograd computes it now), which cannot resume it: rerun with restart=true to train the run "
+        f"afresh")
+
+
 def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
     train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
     (tmp_path / "summary.json").unlink()
@@ -269,23 +288,28 @@ def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
                   r"the last good checkpoint is kept"),
     ("loss", r"non-finite policy_loss \(nan\) at iteration 3 \(1536 env steps\)"),
 ])
-def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, message, make_config, tmp_path,
-                                                                        monkeypatch):
-    original_update = PPO.update
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, message, backend, make_config,
+                                                                        tmp_path, monkeypatch):
+    from algorithms.population import PopulationBatch
 
-    def poisoned_update(self, rollout, iteration):
-        stats = original_update(self, rollout, iteration)
+    def poisoned(stats: dict, algorithm, iteration: int) -> dict:
         if iteration == 3:
             if poison == "parameter":
                 with torch.no_grad():
-                    self.policy.actor.layers[0].weight[0, 0] = float("nan")
+                    algorithm.policy.actor.layers[0].weight[0, 0] = float("nan")
             else:
                 stats["policy_loss"] = float("nan")
         return stats
 
-    monkeypatch.setattr(PPO, "update", poisoned_update)
+    original_update, original_population_update = PPO.update, PopulationBatch.update
+    monkeypatch.setattr(PPO, "update", lambda self, rollout, iteration: poisoned(
+        original_update(self, rollout, iteration), self, iteration))
+    monkeypatch.setattr(PopulationBatch, "update", lambda self, rollouts, iteration, active: [
+        poisoned(stats, algorithm, iteration) for stats, algorithm in
+        zip(original_population_update(self, rollouts, iteration, active), self.algorithms)])
     with pytest.raises(NonFiniteError, match=message):
-        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
+        train(make_config(["algo=ppo", f"algo.backend={backend}", *SMALL_RUN, *QUIET]), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "non-finite" in summary["error"]
     checkpoint = read_checkpoint(tmp_path / "checkpoint.pt")
@@ -352,7 +376,7 @@ def test_a_paused_run_continues_to_the_uninterrupted_numbers(batched, make_confi
     from benchmarks.engine.batch_trainer import train_batch
     from benchmarks.runs import read_summary
 
-    overrides = [*SMALL_RUN, *(["algo.backend=numpy", "seeds=[0,1]"] if batched else [])]
+    overrides = [*SMALL_RUN, *(["seeds=[0,1]"] if batched else [])]
 
     def run(run_dir: Path, *extra: str) -> list[Path]:
         cfg = make_config([*overrides, *extra])

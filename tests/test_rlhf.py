@@ -277,7 +277,7 @@ def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_inf
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo.backend=numpy", "algo.backend must be torch on token tasks"),
+    ("algo.backend=compiled", "algo.backend must be torch on token tasks"),
     ("env.kwargs.temperature=0.5", "env.kwargs.temperature must equal env.network.temperature"),
     ("env.kl_penalty.coef=-1", "env.kl_penalty.coef must be"),
     ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),

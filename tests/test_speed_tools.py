@@ -9,14 +9,14 @@ def test_speed_tools_measure_cleanrls_recipe_whatever_the_tuned_defaults():
     # the family defaults are the tuning's values (CartPole: 14 epochs x 32 minibatches); the tables are not
     for env, (epochs, minibatches, lr) in {"HalfCheetah": (10, 32, 3e-4), "CartPole": (4, 4, 2.5e-4),
                                            "Pendulum": (10, 32, 1e-3)}.items():
-        config = benchmark_config(env, "ppo", [], 4096, "numpy")
+        config = benchmark_config(env, "ppo", [], 4096, "compiled")
         assert (config.algo.update_epochs, config.algo.num_minibatches, config.algo.lr) == (epochs, minibatches, lr)
     assert benchmark_config("HalfCheetah", "ppo", ["algo.update_epochs=3"], 4096).algo.update_epochs == 3
 
 
 def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, capsys):
     out = tmp_path / "table.md"
-    seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--backends", "numpy", "--steps", "1024", "--repeats",
+    seed_throughput_main(["--envs", "CartPole", "--sizes", "2", "--steps", "1024", "--repeats",
                           "1", "--out", str(out)])
     text = out.read_text()
     assert "python -m benchmarks.speed.seed_throughput --envs CartPole --sizes 2" in text
@@ -24,7 +24,7 @@ def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, cap
     assert f"{numerics.MODE} numerics: torch {kernels['torch_cpu_capability']}, OpenBLAS {kernels['openblas_core']}" in text
     rows = [line for line in text.splitlines() if line.startswith("| CartPole")]
     assert [row.split("|")[2].strip() for row in rows] == ["raw env (random actions)", "one seed alone",
-                                                                "numpy: population of 2"]
+                                                                "population of 2"]
     update_share = float(rows[2].split("|")[-2])
     assert 0 < update_share < 1
 

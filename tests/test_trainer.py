@@ -90,16 +90,14 @@ def test_reset_rows_never_reach_the_loss(make_config):
         torch.testing.assert_close(before, after, rtol=0, atol=0)
 
 
-def test_trainer_marks_the_step_after_an_episode_end_as_a_reset_row(make_config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_trainer_marks_the_step_after_an_episode_end_as_a_reset_row(backend, make_config, tmp_path, monkeypatch):
+    from conftest import before_each_update
+
     seen = []
-    original_update = PPO.update
-
-    def spy(self, rollout, iteration):
-        seen.append({k: getattr(rollout, k).clone() for k in ("valid", "terminated", "truncated", "raw_rewards")})
-        return original_update(self, rollout, iteration)
-
-    monkeypatch.setattr(PPO, "update", spy)
-    train(make_config(["env=CartPole", "total_steps=1024", *QUIET]), tmp_path)
+    before_each_update(monkeypatch, lambda algorithm, rollout, iteration: seen.append(
+        {k: getattr(rollout, k).clone() for k in ("valid", "terminated", "truncated", "raw_rewards")}))
+    train(make_config(["env=CartPole", f"algo.backend={backend}", "total_steps=1024", *QUIET]), tmp_path)
     for rows in seen:
         ended = rows["terminated"] | rows["truncated"]
         # row t+1 is a reset row exactly when row t ended an episode
@@ -109,7 +107,7 @@ def test_trainer_marks_the_step_after_an_episode_end_as_a_reset_row(make_config,
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole(make_config, tmp_path):
+def test_ppo_learns_cartpole(make_config, compiled, tmp_path):
     """Fixed seed, loose bound: a broken PPO stays near the random policy's ~20."""
     cfg = make_config(["env=CartPole", "total_steps=40960", "eval.every_steps=40960", "eval.episodes=10",
                        "logging.tensorboard=false", "logging.progress_bar=false"])

@@ -113,25 +113,19 @@ def test_bad_configuration_gives_one_line_naming_key_and_range(overrides, messag
 
 
 
-@pytest.mark.parametrize("method", ["minibatch_step", "loss_terms"])
-def test_numpy_backend_refuses_an_algorithm_that_changes_the_minibatch_loss(method, make_config, monkeypatch):
-    """The numpy backend's gradient is PPO's loss's: a variant changing the step or its terms must not train on it."""
+def test_the_retired_numpy_backend_is_refused_in_one_line_and_every_ppo_variant_defaults_to_the_compiled_engine(
+        make_config, monkeypatch):
     import algorithms
     from algorithms.ppo import PPO
 
-    ChangedLoss = type("ChangedLoss", (PPO,), {method: lambda self, *args: getattr(PPO, method)(self, *args)})
-    monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", ChangedLoss)
-    validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch"]))  # torch computes any loss
     with pytest.raises(ConfigError) as raised:
         validate_config(make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]))
-    assert str(raised.value) == ("algo.backend=numpy cannot run algo.algorithm=ppo: ChangedLoss changes PPO's "
-                                 "minibatch loss, whose gradient only autograd computes; use "
-                                 "algo.backend=compiled (its default where no config pins numpy) or torch")
-    # by default such a variant trains on the population engine, which differentiates its own loss
+    assert str(raised.value) == ("algo.backend must be compiled or torch (the numpy backend, a hand-derived gradient "
+                                 "of PPO's loss, is retired), got 'numpy'")
+    # a variant that changes the loss trains on the population engine, which differentiates its own loss
+    ChangedLoss = type("ChangedLoss", (PPO,), {"loss_terms": lambda self, *args: PPO.loss_terms(self, *args)})
+    monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", ChangedLoss)
     assert make_config(["env=CartPole", "algo=ppo"]).algo.backend == "compiled"
-    cfg = make_config(["env=CartPole", "algo=ppo", "algo.backend=numpy"]).algo
-    with pytest.raises(ValueError, match="cannot run ChangedLoss: it changes PPO's minibatch loss"):
-        ChangedLoss(4, 2, True, cfg, 1)  # and the algorithm itself refuses, wherever it is built
 
 
 OPTIMIZER_KEYS = ["type", "lr", "momentum", "nesterov", "betas", "eps", "weight_decay"]

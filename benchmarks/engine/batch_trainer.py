@@ -1,4 +1,4 @@
-"""N seeds of one configuration in one process, in lockstep (`seeds=[0,1,2,3]`; algorithms/batched.py).
+"""N seeds of one configuration in one process, in lockstep (`seeds=[0,1,2,3]`; algorithms/population.py).
 
 Each seed is a normal run: its own run directory (`<job dir>/../seed<k>`, where a single-seed
 run of it would write), its own envs, evaluator, logs, TensorBoard file, checkpoints and
@@ -16,6 +16,7 @@ each seed's numbers equal an uninterrupted batched run's.
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
 import sys
 import time
@@ -27,7 +28,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
-from algorithms.batched import RandomState, SeedBatch, seed_rollout
 from algorithms.population import PopulationBatch
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
 from benchmarks.engine.checkpoint import (
@@ -53,6 +53,39 @@ from benchmarks.engine.trainer import (
     pause_requested,
     seed_everything,
 )
+
+
+class RandomState:
+    """One seed's random streams: a torch generator for acting and shuffling, plus Python's and numpy's
+    global states, swapped in around the seed's own update code (which draws from the global ones)."""
+
+    def __init__(self):
+        self.torch = torch.Generator()
+        self.torch.set_state(torch.get_rng_state())  # continue where the global stream stands (after network init)
+        self.python = random.getstate()
+        self.numpy = np.random.get_state()
+
+    def __enter__(self) -> "RandomState":
+        self.saved = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+        torch.set_rng_state(self.torch.get_state())
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.torch.set_state(torch.get_rng_state())
+        self.python, self.numpy = random.getstate(), np.random.get_state()
+        torch_state, python_state, numpy_state = self.saved
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def seed_rollout(rollout: Rollout, index: int, num_envs: int) -> Rollout:
+    """Seed `index`'s columns of a [steps, seeds x envs] rollout, as views."""
+    columns = slice(index * num_envs, (index + 1) * num_envs)
+    return Rollout(**{name: getattr(rollout, name)[:, columns] if name != "next_value" else
+                      rollout.next_value[columns] for name in Rollout.__dataclass_fields__})
 
 
 def seed_run_dirs(job_dir: Path, seeds: list[int]) -> list[Path]:
@@ -82,7 +115,7 @@ class SeedRun(TrainingState):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         env_cfg, algo_cfg = cfg.env, cfg.algo
-        seed_everything(cfg.seed)  # as train() does, so that network init draws what a single-seed run draws
+        seed_everything(cfg.seed)  # as train_locked() does, so that network init draws what a single-seed run draws
         envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
         self.dims = space_dims(envs)
         obs_dim, action_dim, discrete, _ = self.dims
@@ -94,7 +127,7 @@ class SeedRun(TrainingState):
                          RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip),
                          envs, Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000))
         self.progress_bar = progress_bar
-        self.active = True
+        self.active, self.error = True, None  # error: the NonFiniteError that stopped this seed
 
     # the seed's own streams, in train()'s checkpoint layout (its "torch" is the seed's generator)
     def rng_state(self) -> dict:
@@ -316,6 +349,17 @@ class SeedStatistics:
         return np.minimum(np.maximum(scaled, -self.reward_clip), self.reward_clip)
 
 
+class BatchPhaseTimes:
+    """The loop's phase times (benchmarks/engine/trainer.py LOOP_PHASES), the batch's: every seed shares its loop."""
+
+    def __init__(self, runs: list[SeedRun]):
+        self.runs = runs
+
+    def add(self, phase: str, seconds: float) -> None:
+        for run in self.runs:
+            run.phases.add(phase, seconds)
+
+
 def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     """Each seed's checkpoint, all at the newest iteration every seed has (None for all: a fresh start)."""
     newest = [load_checkpoint(run.run_dir, run.cfg) if run.cfg.logging.checkpoint else None for run in runs]
@@ -337,30 +381,26 @@ def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
     return chosen
 
 
-def unchecked_calls(batch):
-    return batch.unchecked_calls() if hasattr(batch, "unchecked_calls") else contextlib.nullcontext()
-
-
-def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None) -> list[dict]:
+def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None,
+                one_run: bool = False) -> list[dict]:
     """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
-    run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone)."""
+    run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone).
+    one_run: a single run (train()'s population of one), whose error is the run's own, said once by its caller."""
     seeds = list(cfg.seeds) if seeds is None else list(seeds)
     with contextlib.ExitStack() as locks:
         for run_dir in run_dirs:
             Path(run_dir).mkdir(parents=True, exist_ok=True)
             locks.enter_context(run_lock(Path(run_dir)))
-        return train_batch_locked(cfg, run_dirs, seeds)
+        return train_batch_locked(cfg, run_dirs, seeds, one_run)
 
 
-def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) -> list[dict]:
+def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
             for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
-    # algo.backend=compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); numpy: the
-    # hand-derived gradient of PPO's loss with a seed axis (algorithms/batched.py)
-    population = PopulationBatch if cfg.algo.backend == "compiled" else SeedBatch
-    batch = population([run.algorithm for run in runs], [run.randoms for run in runs])
+    # the algorithm's torch loss over the seed axis (algorithms/population.py)
+    batch = PopulationBatch([run.algorithm for run in runs], [run.randoms for run in runs])
     env_cfg = cfg.env
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
@@ -368,7 +408,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
     obs_dim, _, _, action_shape = runs[0].dims
     rollout = Rollout.allocate(num_steps, len(runs) * num_envs, obs_dim, action_shape)
     rollouts = [seed_rollout(rollout, index, num_envs) for index in range(len(runs))]
-    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds}
+    # "program": compiled, or eager (POPULATION_COMPILE=0, or no C++ compiler): they round differently, so a rerun
+    # that must give the same numbers runs the same way (benchmarks/reproduce.py)
+    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds,
+                    "program": batch.mode}
 
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
@@ -389,13 +432,16 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
         terminated_np, truncated_np, valid_np = (columns(t) for t in
                                                  (rollout.terminated, rollout.truncated, rollout.valid))
         lockstep_envs, statistics = LockstepEnvs([run.envs for run in runs]), SeedStatistics(runs)
+        phases = BatchPhaseTimes(runs)
         obs = np.stack([run.obs for run in runs])  # [seeds, envs, obs_dim], normalised
         episode_ended = np.stack([run.episode_ended for run in runs])
         raw_obs = np.zeros(obs.shape, np.float64)
         with PreemptionSignals() as signals:
             if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard, as in train()
+                started = time.perf_counter()
                 for run in runs:
                     run.evaluate(0)
+                phases.add("evaluation", time.perf_counter() - started)
             for iteration in range(start_iteration, num_iterations + 1):
                 if pause_requested(cfg, (iteration - 1) * steps_per_iteration, iteration - 1, num_iterations):
                     # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
@@ -408,18 +454,27 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                 active = np.array([run.active for run in runs])
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
-                with unchecked_calls(batch):  # guards checked on each program's first call of the rollout
+                act_time = step_time = scaling_time = normalising_time = 0.0
+                with batch.unchecked_calls():  # guards checked on each program's first call of the rollout
                     for t in range(num_steps):
+                        before_act = time.perf_counter()
                         valid = ~episode_ended & active[:, None]
                         action, log_prob, value = batch.act(obs)
                         obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
                         valid_np[t] = valid
+                        before_step = time.perf_counter()
                         ended = lockstep_envs.step(action, active, raw_obs)
                         episode_ended = lockstep_envs.terminated | lockstep_envs.truncated
+                        after_step = time.perf_counter()
                         raw_rewards_np[t] = lockstep_envs.rewards
                         rewards_np[t] = statistics.scale(lockstep_envs.rewards, episode_ended, valid)
                         terminated_np[t], truncated_np[t] = lockstep_envs.terminated, lockstep_envs.truncated
+                        after_scaling = time.perf_counter()
                         obs = statistics.normalize(raw_obs, active)
+                        act_time += before_step - before_act
+                        step_time += after_step - before_step
+                        scaling_time += after_scaling - after_step
+                        normalising_time += time.perf_counter() - after_scaling
                         if ended.any():
                             for index, j in zip(*np.nonzero(ended)):
                                 runs[index].episode_returns.append(float(lockstep_envs.episode_returns[index, j]))
@@ -431,9 +486,15 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                 for index, run in enumerate(runs):
                     run.obs, run.episode_ended = obs[index], episode_ended[index]
                 update_start = time.perf_counter()
-                with unchecked_calls(batch):
+                with batch.unchecked_calls():
                     all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
                 now = time.perf_counter()
+                phases.add("act", act_time)
+                phases.add("env step", step_time)
+                phases.add("reward scaling", scaling_time)
+                phases.add("observation normalisation", normalising_time)
+                phases.add("update", now - update_start)
+                evaluation_time = 0.0
                 interrupted = signals.received is not None
                 for run, stats in zip(runs, all_stats):
                     if not run.active:
@@ -442,23 +503,29 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                     try:
                         check_finite(run.algorithm, stats, iteration, run.env_steps)
                     except NonFiniteError as error:  # this seed stops; the others go on
-                        run.active = False
+                        run.active, run.error = False, error
                         write_json_atomic(run.run_dir / "summary.json", {
                             **run.summary_base("failed"), "error": f"NonFiniteError: {error}", "batched": batched_info})
-                        print(f"error: {run.run_dir}: {error}", file=sys.stderr)
+                        if not one_run:  # a single run's caller says it once, as the run's own error (below)
+                            print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
                     # times are the batch's; sps is this seed's steps over the batch's iteration time
                     log_iteration(run.logger, run.episodes_log, stats, run.env_steps, iteration, run.episode_returns,
                                   run.episode_lengths, times=(run.start_time, iteration_start, update_start, now),
                                   steps_per_iteration=steps_per_iteration)
                     if run.env_steps >= run.next_eval_at or iteration == num_iterations:
+                        started = time.perf_counter()
                         run.evaluate(iteration)
+                        evaluation_time += time.perf_counter() - started
                         while run.next_eval_at <= run.env_steps:
                             run.next_eval_at += cfg.eval.every_steps
+                phases.add("evaluation", evaluation_time)
+                phases.add("logging and checkpoints", time.perf_counter() - now - evaluation_time)
                 env_steps = iteration * steps_per_iteration
                 pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
+                    checkpoint_start = time.perf_counter()
                     lockstep_envs.to_layers()
                     batch.optimizer_to_seeds()
                     for run in runs:
@@ -466,7 +533,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
                             run.write_checkpoint(iteration)
                     while next_checkpoint_at <= env_steps:
                         next_checkpoint_at += checkpoint_every
+                    phases.add("logging and checkpoints", time.perf_counter() - checkpoint_start)
                 if not any(run.active for run in runs):
+                    if one_run:
+                        raise runs[0].error
                     raise NonFiniteError("every seed of the batch failed (see their summary.json)")
                 if interrupted and iteration < num_iterations:
                     for run in runs:
@@ -504,6 +574,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int]) 
             "final_eval_return_std": run.last_eval["eval_return_std"] if run.last_eval else None,
             "wall_time_s": wall_time,
             "sps": run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
+            "phase_seconds": run.phases.seconds,  # the batch's: every seed shares its loop
             "batched": batched_info,
             "versions": versions(),
             "machine": machine(),

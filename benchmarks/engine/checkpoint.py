@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks import numerics
-from benchmarks.engine.config import numbers_relevant
+from benchmarks.engine.config import RETIRED_BACKENDS, numbers_relevant
 from benchmarks.engine.logger import write_bytes_atomic
 
 
@@ -45,6 +45,11 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         except Exception as error:  # torch raises several types for a damaged zip/pickle
             problems.append(f"{name} is unreadable ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
             continue
+        written_on = (checkpoint["config"].get("algo") or {}).get("backend")
+        if written_on in RETIRED_BACKENDS:
+            raise CheckpointError(f"{path} was written by the retired algo.backend={written_on} "
+                                  f"({RETIRED_BACKENDS[written_on]}), which cannot resume it: rerun with "
+                                  f"restart=true to train the run afresh")
         if numbers_relevant(checkpoint["config"]) != numbers_relevant(OmegaConf.to_container(cfg, resolve=True)):
             raise CheckpointError(f"{path} was written with a different config; choose another run directory "
                                   f"or delete this one")

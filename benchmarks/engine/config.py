@@ -63,6 +63,11 @@ def task_network(env_cfg) -> dict | None:
     return network
 
 
+# algo.backend values of committed runs that no code here trains: their runs stay as data (benchmarks.reproduce
+# names them; a sweep counts them complete; their checkpoints are refused in one line).
+RETIRED_BACKENDS = {"numpy": "a hand-derived gradient of PPO's loss; autograd computes it now"}
+
+
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
     config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps")}

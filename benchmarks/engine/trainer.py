@@ -159,10 +159,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.algo.backend == "compiled":  # a population of one: the one loop populations train in
         from benchmarks.engine.batch_trainer import train_batch
 
-        summaries = train_batch(cfg, [run_dir], [cfg.seed])
-        if not summaries:
-            raise NonFiniteError(f"{run_dir}: the run stopped on a non-finite number (see its summary.json)")
-        return summaries[0]
+        return train_batch(cfg, [run_dir], [cfg.seed], one_run=True)[0]
+    if cfg.algo.backend != "torch":
+        raise ValueError(f"algo.backend must be compiled or torch, got {cfg.algo.backend!r}")
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
         return train_locked(cfg, run_dir)

@@ -48,20 +48,17 @@ OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 
 
 def fastest_backend(algorithm: str) -> str:
-    """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the numpy backend where its hand-derived
-    gradient is the algorithm's own loss's (PPO's), the compiled population engine, which differentiates the
-    algorithm's own torch loss, for a PPO variant that changes the loss, and torch (the eager trainer, which
-    runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds the resolved value,
-    the backend it ran on."""
+    """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the population engine (compiled), which
+    differentiates the algorithm's own torch loss over a seed axis, for PPO and every variant of it; torch (the
+    eager trainer, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
+    the resolved value, the backend it ran on."""
     from algorithms import ALGORITHMS
     from algorithms.ppo import PPO
 
     known = ALGORITHMS.get(algorithm)
-    if known is None:
-        return "numpy"  # an unknown algorithm: the validator refuses it in one line
-    if not (isinstance(known, type) and issubclass(known, PPO)):
+    if known is not None and not (isinstance(known, type) and issubclass(known, PPO)):
         return "torch"
-    return "numpy" if known.runs_on_numpy_backend() else "compiled"
+    return "compiled"  # an unknown algorithm: the validator refuses it in one line
 
 
 OmegaConf.register_new_resolver("fastest_backend", fastest_backend, replace=True)
@@ -363,27 +360,22 @@ def _cross_checks(data: dict) -> list[str]:
     errors += network_size_problems(algo)
     algorithm = ALGORITHMS[algo["algorithm"]]
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
-    if algo["backend"] == "numpy" and not algorithm.runs_on_numpy_backend():
-        # algorithms/numpy_backend.py computes PPO's minibatch loss and its gradient by hand: an algorithm
-        # with another loss would step on a gradient its own loss never wrote.
-        errors.append(f"algo.backend=numpy cannot run algo.algorithm={algo['algorithm']}: {algorithm.__name__} "
-                      f"changes PPO's minibatch loss, whose gradient only autograd computes; use "
-                      f"algo.backend=compiled (its default where no config pins numpy) or torch")
     if data["seeds"] is not None and env["family"] == "rlhf":
         errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
                       f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
-    elif data["seeds"] is not None and algo["backend"] not in ("numpy", "compiled"):
-        errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=compiled or numpy, "
-                      f"got {algo['backend']!r}: add algo.backend=compiled")
+    elif data["seeds"] is not None and algo["backend"] != "compiled":
+        errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=compiled, "
+                      f"got {algo['backend']!r}: set algo.backend=compiled")
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
     if (data["seeds"] is not None or algo["backend"] == "compiled") and algo["target_kl"] is not None:
         errors.append(f"algo.target_kl must be null with seeds=[...] or algo.backend=compiled: early stopping is per "
-                      f"seed and a population steps all its seeds together (got {algo['target_kl']})")
+                      f"seed and a population steps all its seeds together (got {algo['target_kl']}); algo.backend=torch runs it "
+                      f"for one seed")
     if env["family"] == "rlhf":
         if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
-            errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the numpy and compiled "
-                          f"backends run MLP policies only, got {algo['backend']!r}")
+            errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the compiled "
+                          f"backend runs MLP policies only, got {algo['backend']!r}")
         if env["kwargs"]["temperature"] != env["network"]["temperature"]:
             errors.append(f"env.kwargs.temperature must equal env.network.temperature (the reference's log-probabilities "
                           f"must be of the same tempered distribution as the policy's), got {env['kwargs']['temperature']} "

@@ -7,12 +7,12 @@ The targets, each measured side by side in this one process (one torch thread), 
     vs SB3          one seed's SPS >= 3x Stable-Baselines3 PPO's at identical hyperparameters (needs the [bench]
                     extra; whole runs, PPO only)
     8 seeds         8 seeds in one process >= 4x one seed alone's SPS
-    update/seed     the minibatch step per seed of a population of 8 <= 1/3 of one seed's step on the numpy backend's
-                    hand-derived gradient (the default update); CleanRL's minibatch shapes only
+    update/seed     the minibatch step per seed of a population of 8 <= 1/3 of one seed's step (the compiled step of a
+                    population of one, the default, and the eager torch step); CleanRL's minibatch shapes only
     variant cost    every preset's cost per env step <= 1.2x PPO's, alone (1 seed) and batched (8 seeds)
-Each engine is measured: `compiled` (the population engine: one torch loss over a seed axis, compiled) and `numpy`
-(the hand-derived gradient) where the target concerns it. SPS = env steps / (rollout + update time), each
-compiled run's first iteration (it compiles) left out. `met` compares the measured ratio with the target.
+The engine measured is the default one: the population engine (one torch loss over a seed axis, compiled), a single
+seed being a population of one. SPS = env steps / (rollout + update time), each run's first iteration (it compiles)
+left out. `met` compares the measured ratio with the target.
 """
 
 from __future__ import annotations
@@ -57,20 +57,20 @@ def main(argv=None) -> None:
             alone = single_sps(env, "ppo", args.steps, recipe)[0]  # the default engine, one seed
             if with_sb3:
                 sb3 = sb3_sps(benchmark_config(env, "ppo", [], args.steps, "torch", recipe))
-                for backend in ("compiled", "numpy"):
-                    ours = ours_sps(benchmark_config(env, "ppo", [], args.steps, backend, recipe))
-                    rows.append(row("vs SB3", env, values, f"{backend}, one seed / SB3", ours / sb3))
+                ours = ours_sps(benchmark_config(env, "ppo", [], args.steps, "compiled", recipe))
+                rows.append(row("vs SB3", env, values, "one seed / SB3", ours / sb3))
             cost = {}
             for size in (1, 8):
-                cost[size] = {algo: batch_sps(env, algo, args.steps, size, "compiled", recipe)[0]
+                cost[size] = {algo: batch_sps(env, algo, args.steps, size, recipe)[0]
                               for algo in dict.fromkeys(["ppo", *args.algos])}
-            rows.append(row("8 seeds", env, values, "compiled, 8 seeds / numpy, one seed alone", cost[8]["ppo"] / alone))
-            rows.append(row("8 seeds", env, values, "numpy, 8 seeds / numpy, one seed alone",
-                            batch_sps(env, "ppo", args.steps, 8, "numpy", recipe)[0] / alone))
+            rows.append(row("8 seeds", env, values, "8 seeds / one seed alone", cost[8]["ppo"] / alone))
             if recipe:
-                steps = measure_steps(env, [8], args.calls)
-                rows.append(row("update/seed", env, values, "compiled step per seed at 8 / numpy step, one seed",
-                                steps["compiled, population of 8"][0] / steps["numpy, one seed"][0]))
+                steps = measure_steps(env, [1, 8], args.calls)
+                per_seed_at_8 = steps["compiled, population of 8"][0]
+                rows.append(row("update/seed", env, values, "step per seed at 8 / compiled step, one seed",
+                                per_seed_at_8 / steps["compiled, population of 1"][0]))
+                rows.append(row("update/seed", env, values, "step per seed at 8 / eager torch step, one seed",
+                                per_seed_at_8 / steps["eager torch, one seed"][0]))
             for size in (1, 8):
                 for algo in args.algos:
                     if algo != "ppo":
@@ -84,8 +84,8 @@ def main(argv=None) -> None:
             args.out, "The population engine against its speed targets", "benchmarks.speed.engine_targets", argv,
             started, load_before, None,
             "Every ratio measured in this one run, on one core: `vs SB3` = our SPS / Stable-Baselines3 PPO's at the "
-            "same values; `8 seeds` = 8 seeds in one process / one seed alone on the default (numpy) engine; "
-            "`update/seed` = one minibatch step per seed of a compiled population of 8 / one seed's numpy step "
+            "same values; `8 seeds` = 8 seeds in one process / one seed alone (a population of one); "
+            "`update/seed` = one minibatch step per seed of a population of 8 / one seed's step, compiled or eager "
             "(CleanRL's minibatch shapes); `variant cost` = PPO's SPS / the preset's at the same number of seeds "
             "(compiled): the preset's cost per env step in PPO's. `recipe` = CleanRL's values, `tuned` = the "
             "defaults a bare command runs. One run per cell: cells move by up to a third between runs.", table)

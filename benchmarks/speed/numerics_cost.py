@@ -27,15 +27,15 @@ from benchmarks.speed.throughput import (
     write_timing_table,
 )
 
-# case name -> (env, algo, backend, seeds in one process): the suite's two backends on a classic and a MuJoCo
-# task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), whose every call works on [seeds, rows, 64]
+# case name -> (env, algo, backend, seeds in one process): the suite's two backends (eager torch, the compiled
+# engine) on a classic and a MuJoCo task, and a batch of 8 seeds (benchmarks.speed.seed_throughput), whose every call works on [seeds, rows, 64]
 # arrays rather than one seed's - where the kernels' vector width has work to speed up
 CASES = {
     "CartPole-torch": ("CartPole", "ppo", "torch", 1),
     "HalfCheetah-torch": ("HalfCheetah", "ppo", "torch", 1),
-    "HalfCheetah-numpy": ("HalfCheetah", "ppo", "numpy", 1),
-    "CartPole-8seeds": ("CartPole", "ppo", "numpy", 8),
-    "HalfCheetah-8seeds": ("HalfCheetah", "ppo", "numpy", 8),
+    "HalfCheetah-compiled": ("HalfCheetah", "ppo", "compiled", 1),
+    "CartPole-8seeds": ("CartPole", "ppo", "compiled", 8),
+    "HalfCheetah-8seeds": ("HalfCheetah", "ppo", "compiled", 8),
 }
 
 

@@ -1,5 +1,5 @@
-"""The cost of one PPO minibatch step and of one act call, per seed: the numpy backend's hand-derived gradient,
-the eager torch update, and the population's compiled program for 1 and N seeds (algorithms/population.py).
+"""The cost of one PPO minibatch step and of one act call, per seed: the eager torch update and the population's
+compiled program for 1 and N seeds (algorithms/population.py).
 
     python -m benchmarks.speed.population_step                                  # HalfCheetah and CartPole shapes
     python -m benchmarks.speed.population_step --sizes 1 8 16 --out results/tables/population_step.md
@@ -15,12 +15,11 @@ import statistics
 import time
 
 import numpy as np
-import pandas as pd
 import torch
 
 from algorithms import build_algorithm
-from algorithms.batched import RandomState
 from algorithms.population import PopulationBatch, PopulationStep, adam_state_from, stack_parameters
+from benchmarks.engine.batch_trainer import RandomState
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 
 # task -> (obs dim, action dim, discrete, envs, minibatch rows) under the speed tools' recipe
@@ -60,13 +59,11 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
     out = {}
     single = {key: value[0] for key, value in minibatch(env, 1).items() if key != "mask"}
     obs = torch.randn(num_envs, obs_dim)
-    for backend in ("numpy", "torch"):
-        algorithm = algorithms_for(env, backend, 1)[0]
-        step = (lambda: algorithm.numpy_minibatch_step(single, algorithm.optimizer)) if backend == "numpy" \
-            else (lambda: algorithm.minibatch_step(single, algorithm.optimizer))
-        with torch.inference_mode():
-            act = microseconds(lambda: algorithm.act(obs), calls)
-        out[f"{backend}, one seed"] = (microseconds(step, calls), act)
+    algorithm = algorithms_for(env, "torch", 1)[0]
+    with torch.inference_mode():
+        act = microseconds(lambda: algorithm.act(obs), calls)
+    out["eager torch, one seed"] = (microseconds(lambda: algorithm.minibatch_step(single, algorithm.optimizer), calls),
+                                    act)
     for size in sizes:
         algorithms = algorithms_for(env, "compiled", size)
         population = PopulationBatch(algorithms, [RandomState() for _ in algorithms])
@@ -98,19 +95,19 @@ def main(argv=None) -> None:
     rows = []
     for env in args.envs:
         samples = [measure(env, args.sizes, args.calls) for _ in range(args.repeats)]
-        reference = statistics.median(sample["numpy, one seed"][0] for sample in samples)
+        reference = statistics.median(sample["eager torch, one seed"][0] for sample in samples)
         for case in samples[0]:
             step = statistics.median(sample[case][0] for sample in samples)
             act = statistics.median(sample[case][1] for sample in samples)
             rows.append({"env": env, "what": case, "minibatch_step_us_per_seed": round(step),
-                         "x_numpy_step": round(step / reference, 2), "act_us_per_seed": round(act, 1)})
+                         "x_eager_step": round(step / reference, 2), "act_us_per_seed": round(act, 1)})
     table = print_table(rows, f"one thread, {args.calls} calls per case, medians of {args.repeats}")
     if args.out:
         write_timing_table(args.out, "One minibatch step and one act call, per seed", "benchmarks.speed.population_step",
                            argv, started, load_before, None,
                            "Microseconds per seed: a minibatch step (loss, gradient, norm clip, Adam) on a synthetic "
-                           "minibatch of the recipe's size, and one act call on the task's envs; `x_numpy_step` = "
-                           "against the numpy backend's hand-derived gradient for one seed, measured in the same run.",
+                           "minibatch of the recipe's size, and one act call on the task's envs; `x_eager_step` = "
+                           "against the eager torch step for one seed, measured in the same run.",
                            table)
 
 

@@ -1,6 +1,6 @@
 """Where a training run's time goes, per phase of the loop, from the loop's own timers.
 
-    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend numpy --steps 40960
+    python -m benchmarks.speed.profile --env HalfCheetah --algo ppo --backend compiled --steps 40960
 
 Trains one run (no TensorBoard, checkpoints or intermediate evaluation) and prints
 the shares of its training wall time that the loop measured for each phase as it
@@ -9,7 +9,8 @@ ran (benchmarks/engine/trainer.py LOOP_PHASES, written to summary.json as
 observation normalisation, the update, evaluation, logging and checkpoints; the
 rest (copying rows into the rollout, episode bookkeeping, the loop itself) is
 what the timers leave. Start-up (building networks, envs, optimizers) is not in
-the training wall time. Any run's summary.json holds the same figures.
+the training wall time; on the compiled engine the first act and update calls
+compile their programs (seconds), inside the act and update phases. Any run's summary.json holds the same figures.
 For a finer view of one phase, run py-spy on `run.py` directly.
 """
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="HalfCheetah")
     parser.add_argument("--algo", default="ppo")
-    parser.add_argument("--backend", default="numpy", choices=["torch", "numpy"])
+    parser.add_argument("--backend", default="compiled", choices=["torch", "compiled"])
     parser.add_argument("--steps", type=int, default=40960)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

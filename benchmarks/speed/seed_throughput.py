@@ -6,9 +6,8 @@
 
 Measured in one run, side by side, on one core (torch threads 1):
 - the raw env: one Gymnasium env of the task stepped with random actions (the ceiling);
-- one seed alone on the hand-derived numpy gradient (algo.backend=numpy), the reference of `x_one_seed`;
-- a population of N seeds (N = --sizes) on each backend of --backends (compiled: PPO's torch loss over a
-  seed axis, algorithms/population.py; numpy: the hand-derived gradient with a seed axis, algorithms/batched.py);
+- one seed alone (`seed=`, the default engine: a compiled population of one), the reference of `x_one_seed`;
+- a population of N seeds (N = --sizes; PPO's torch loss over a seed axis, compiled: algorithms/population.py);
   aggregate SPS = N x steps / (rollout + update time);
 - with --two-processes N: two batches of N as two processes at once (both cores), their summed SPS.
 Evaluation, start-up and checkpoints are excluded from the timed part, as in benchmarks.speed.throughput, and so is
@@ -37,13 +36,12 @@ from benchmarks.engine.trainer import train
 
 def single_sps(env: str, algo: str, steps: int, recipe: bool = True) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as root:
-        train(benchmark_config(env, algo, [], steps, "numpy", recipe), Path(root))
+        train(benchmark_config(env, algo, [], steps, "compiled", recipe), Path(root))
         return timed_sps([Path(root)])
 
 
-def batch_sps(env: str, algo: str, steps: int, size: int, backend: str = "numpy",
-              recipe: bool = True) -> tuple[float, float]:
-    cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, backend, recipe)
+def batch_sps(env: str, algo: str, steps: int, size: int, recipe: bool = True) -> tuple[float, float]:
+    cfg = benchmark_config(env, algo, [f"seeds={list(range(size))}"], steps, "compiled", recipe)
     with tempfile.TemporaryDirectory() as root:
         run_dirs = [Path(root) / f"seed{seed}" for seed in range(size)]
         train_batch(cfg, run_dirs)
@@ -84,7 +82,6 @@ def main(argv=None) -> None:
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8, 16])
-    parser.add_argument("--backends", nargs="+", default=["compiled", "numpy"], choices=["compiled", "numpy"])
     parser.add_argument("--values", choices=["recipe", "tuned"], default="recipe",
                         help="recipe: CleanRL's values (the speed tools' default); tuned: the tuned defaults")
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
@@ -99,10 +96,9 @@ def main(argv=None) -> None:
         for _ in range(args.repeats):
             samples.setdefault("raw env (random actions)", []).append((raw_env_sps(env, args.steps), float("nan")))
             samples.setdefault("one seed alone", []).append(single_sps(env, args.algo, args.steps, recipe))
-            for backend in args.backends:
-                for size in args.sizes:
-                    samples.setdefault(f"{backend}: population of {size}", []).append(
-                        batch_sps(env, args.algo, args.steps, size, backend, recipe))
+            for size in args.sizes:
+                samples.setdefault(f"population of {size}", []).append(
+                    batch_sps(env, args.algo, args.steps, size, recipe))
             if args.two_processes:
                 samples.setdefault(f"2 processes x batch of {args.two_processes}", []).append(
                     two_processes_sps(env, args.algo, args.steps, args.two_processes))
@@ -121,8 +117,8 @@ def main(argv=None) -> None:
         write_timing_table(
             args.out, "Many seeds in one process: aggregate throughput", "benchmarks.speed.seed_throughput",
             argv, started, load_before, None, "SPS = env steps of all seeds / (rollout + update time), one core "
-            "unless stated, each run's first iteration left out (it compiles); `x_one_seed` = against one seed alone on "
-            "the numpy backend's hand-derived gradient (algo.backend=numpy), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
+            "unless stated, each run's first iteration left out (it compiles); `x_one_seed` = against one seed alone "
+            "(seed=, a population of one), `fraction_of_raw_env` = against one Gymnasium env of the task stepped with "
             "random actions, both measured in the same run; `update_share` = the update's share of the training time "
             "(the rest: acting, env steps, statistics).", table)
 

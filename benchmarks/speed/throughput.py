@@ -3,8 +3,7 @@
     python -m benchmarks.speed.throughput                      # PPO vs SB3: HalfCheetah 1 env, CartPole
     python -m benchmarks.speed.throughput --repeats 3 --steps 20480 --cases HalfCheetah-1env HalfCheetah-8env CartPole
     python -m benchmarks.speed.throughput --algos ppo outer_ppo hp3o --no-sb3
-    python -m benchmarks.speed.throughput --backends torch numpy    # also the numpy backend (algo.backend=numpy)
-    python -m benchmarks.speed.throughput --backends numpy compiled # the population engine, one seed
+    python -m benchmarks.speed.throughput --backends torch compiled # also the population engine, one seed
 
 Same env, rollout, epochs, minibatch size, network, normalisation and 1 torch
 thread for both. SPS = env steps / training time; for this suite the
@@ -124,7 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("--algos", nargs="+", default=["ppo"], help="conf/algo presets of this suite")
     parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "numpy", "compiled"],
+    parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "compiled"],
                         help="algo.backend values to measure each algo with; other rows than torch are named "
                              "algo[backend]; compiled runs leave their first iteration (it compiles) out")
     parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
@@ -158,7 +157,7 @@ def main(argv=None) -> None:
             "the runs themselves load one core", "SPS = env steps / (rollout + update time) for this suite, env "
             "steps / wall time of `model.learn()` for SB3; runs alternate, so the ratios of medians compare "
             "implementations under the same machine conditions. `vs_ppo_time_per_step` = wall time per env step "
-            "relative to `ppo` (torch backend); `algo[numpy]` = `algo.backend=numpy`, `algo[compiled]` = "
+            "relative to `ppo` (torch backend); `algo[compiled]` = "
             "`algo.backend=compiled` (a population of one; its first iteration, which compiles, left out).", table)
 
 

@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     rows = []
     for env in args.envs:
         for size in args.sizes:
-            sps = {algo: batch_sps(env, algo, args.steps, size, "compiled")[0] for algo in algos}
+            sps = {algo: batch_sps(env, algo, args.steps, size)[0] for algo in algos}
             for algo in algos:
                 rows.append({"env": env, "seeds": size, "preset": algo, "update": update_kind(env, algo),
                              "sps": round(sps[algo]), "x_ppo_cost": round(sps["ppo"] / sps[algo], 2)})
