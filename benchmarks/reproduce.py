@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -142,15 +143,8 @@ class Reruns:
         if not summary.get("batched"):  # the eager trainer's run
             return self.trained(run_dir, summary)
         program = summary["batched"].get("program", "compiled")  # runs that predate the key were compiled
-        saved = os.environ.get("POPULATION_COMPILE")
-        os.environ["POPULATION_COMPILE"] = "0" if program == "eager" else "1"
-        try:
+        with mock.patch.dict(os.environ, {"POPULATION_COMPILE": "0" if program == "eager" else "1"}):
             return self.trained(run_dir, summary)
-        finally:
-            if saved is None:
-                os.environ.pop("POPULATION_COMPILE")
-            else:
-                os.environ["POPULATION_COMPILE"] = saved
 
     def trained(self, run_dir: Path, summary: dict) -> Path:
         config = self.config(run_dir)

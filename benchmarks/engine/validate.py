@@ -370,8 +370,8 @@ def _cross_checks(data: dict) -> list[str]:
         errors += population_check(algorithm, algo)
     if (data["seeds"] is not None or algo["backend"] == "compiled") and algo["target_kl"] is not None:
         errors.append(f"algo.target_kl must be null with seeds=[...] or algo.backend=compiled: early stopping is per "
-                      f"seed and a population steps all its seeds together (got {algo['target_kl']}); algo.backend=torch runs it "
-                      f"for one seed")
+                      f"seed and a population steps all its seeds together (got {algo['target_kl']}); "
+                      f"algo.backend=torch runs it for one seed")
     if env["family"] == "rlhf":
         if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
             errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the compiled "
