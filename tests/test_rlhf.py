@@ -336,7 +336,7 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
 
 def recording_updates(monkeypatch) -> list:
     """The (obs, valid) of every rollout the trainer hands to algorithm.update, recorded as it trains."""
-    import benchmarks.engine.trainer as trainer_module
+    import benchmarks.engine.batch_trainer as trainer_module  # the loop builds the algorithm
 
     seen, build = [], trainer_module.build_algorithm
 
