@@ -1,5 +1,6 @@
 """Many seeds in one process (seeds=[...]; benchmarks/engine/batch_trainer.py): kill -9 resumes a batch exactly, a
-sweep packs seeds into batched jobs, and what a batch cannot run is refused in one line. That seed i of a batch
+sweep packs seeds into batched jobs, what a batch cannot run is refused in one line, and an eager population
+(algo.backend=torch) logs for each seed what the seed logs alone, bit for bit. That seed i of a batch
 takes the update it takes alone is tests/test_population.py's."""
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
+from benchmarks.engine.trainer import train
 from tests.conftest import ROOT
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
@@ -66,12 +70,34 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
 
 
 @pytest.mark.parametrize("override,message", [
-    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=compiled, got 'torch'"),
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
-    (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with seeds=[...]"),
+    (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with algo.backend=compiled"),
 ])
 def test_a_batch_the_fast_path_cannot_run_is_refused_in_one_line(override, message, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), *override, f"hydra.run.dir={tmp_path}/job"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def assert_identical_logs(alone: Path, in_population: Path) -> None:
+    """Every logged number equal (not close): train.csv, eval.csv and episodes.csv, timing columns aside."""
+    for name in ("train.csv", "eval.csv", "episodes.csv"):
+        expected, got = pd.read_csv(alone / name), pd.read_csv(in_population / name)
+        numbers = [c for c in expected.columns if c not in ("wall_time", "sps", "rollout_time", "update_time")]
+        assert list(got.columns) == list(expected.columns), name
+        pd.testing.assert_frame_equal(got[numbers], expected[numbers], check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("task", [
+    ["env=CartPole", "algo=ppo_kl", "algo.target_kl=0.01"],  # each seed's own early stopping
+    ["env=Pendulum", "algo=outer_ppo_biased"],
+])
+def test_seed_i_of_an_eager_population_logs_what_it_logs_alone_bit_for_bit(task, tmp_path):
+    """algo.backend=torch, seeds=[...]: the one loop runs each seed's own eager code inside its own streams."""
+    overrides = [*task, "algo.backend=torch", "total_steps=4096", "eval.every_steps=2048", "eval.episodes=2",
+                 "logging.progress_bar=false", "logging.tensorboard=false"]
+    train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / "population" / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        train(compose_config([*overrides, f"seed={seed}"]), tmp_path / "alone" / f"seed{seed}")
+        assert_identical_logs(tmp_path / "alone" / f"seed{seed}", tmp_path / "population" / f"seed{seed}")

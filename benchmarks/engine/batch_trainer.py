@@ -252,7 +252,8 @@ class SeedRun:
         self.episode_returns, self.episode_lengths = [], []
 
     def evaluate(self, iteration: int) -> None:
-        returns = self.evaluator(self.algorithm, self.obs_normalizer)
+        with self.randoms:  # a sampled evaluation (token tasks) draws from the seed's streams
+            returns = self.evaluator(self.algorithm, self.obs_normalizer)
         self.last_eval = {
             "env_steps": self.env_steps,
             "iteration": iteration,
@@ -561,8 +562,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
     compiled = cfg.algo.backend == "compiled"
+    # each seed its own random streams, except an eager single run: it draws from the process's, as a script does
+    own_streams = compiled or len(seeds) > 1
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0,
-                    own_streams=compiled) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
+                    own_streams=own_streams) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
     algorithms, randoms = [run.algorithm for run in runs], [run.randoms for run in runs]
     # compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); torch: each seed's own code
     batch = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
