@@ -366,8 +366,9 @@ class PopulationBatch:
                   if name.startswith("critic.")}
         return torch.func.functional_call(self.policies[0].critic, critic, (obs,)).squeeze(-1)
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs)."""
+    def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs). A stopped
+        seed (active False) acts too, harmlessly: its parameters are frozen and its envs are not stepped."""
         if self.draws is None or self.draws.shape[1] != obs.shape[1]:
             width = self.policies[0].actor.layers[-1].out_features
             self.draws = torch.empty(len(self), obs.shape[1], width)  # refilled every call: one shape, one program
@@ -537,12 +538,16 @@ class EagerPopulation:
     def unchecked_calls(self):
         return contextlib.nullcontext()  # nothing compiled, no guards
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """obs [seeds, envs, ...] -> action, log_prob, value of every seed, each from its own policy and streams."""
-        per_seed = []
-        for algorithm, streams, seed_obs in zip(self.algorithms, self.randoms, obs):
-            with streams, torch.inference_mode():
-                per_seed.append([column.numpy() for column in algorithm.act(torch.from_numpy(seed_obs))])
+    def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [seeds, envs, ...] -> action, log_prob, value of every seed, each from its own policy and streams.
+        A stopped seed (active False; its numbers went non-finite) does not act: its rows are zeros."""
+        per_seed: list = [None] * len(self)
+        for index, (algorithm, streams, seed_obs) in enumerate(zip(self.algorithms, self.randoms, obs)):
+            if active[index]:
+                with streams, torch.inference_mode():
+                    per_seed[index] = [column.numpy() for column in algorithm.act(torch.from_numpy(seed_obs))]
+        acting = next(columns for columns in per_seed if columns is not None)
+        per_seed = [columns or [np.zeros_like(column) for column in acting] for columns in per_seed]
         action, log_prob, value = (np.stack(column) for column in zip(*per_seed))
         return action, log_prob, value
 

@@ -371,7 +371,7 @@ def test_a_token_tasks_seeds_train_as_one_eager_population_each_logging_what_it_
     evaluation inside the seed's own streams; every number equals the seed's single run's."""
     from benchmarks.engine.batch_trainer import train_batch
     from benchmarks.engine.config import compose_config
-    from tests.test_batched import assert_identical_logs
+    from tests.conftest import assert_identical_logs
 
     overrides = ["env=RLHFArithmetic", "algo=ppo_kl", "total_steps=2048", "eval.every_steps=1024",
                  "env.kl_penalty.adaptive=true", "logging.progress_bar=false", "logging.tensorboard=false"]

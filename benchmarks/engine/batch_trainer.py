@@ -3,15 +3,15 @@ a single run being a population of one (benchmarks/engine/trainer.py train()).
 
 Each seed is a normal run: its own run directory (`<job dir>/../seed<k>`, where a single-seed
 run of it would write), its own envs, evaluator, logs, TensorBoard file, checkpoints and
-summary, so the report, claims and the regression check read every run alike. What is shared:
-one act call per env step for all seeds, the update, and the loop. The summary's "batched" entry
-records the population.
+summary, so the report, claims and the regression check read every run alike. What is shared: the
+loop, and on the compiled engine one act call per env step for all seeds and one update program. The
+summary's "batched" entry records the population.
 
 The loop is written once; what it drives comes in two kinds, chosen by algo.backend:
 
     compiled (default)  PopulationBatch (algorithms/population.py: the algorithm's torch loss over the
-                        seed axis, compiled), LockstepEnvs and SeedStatistics ([seeds, envs] arrays)
-    torch (eager)       EagerPopulation (each seed's own act and update), SeedVectorEnvs (each seed's
+                        seed axis, compiled), LockstepEnvs and LockstepStatistics ([seeds, envs] arrays)
+    torch (eager)       EagerPopulation (each seed's own act and update), PerSeedEnvs (each seed's
                         Gymnasium vector env through its wrappers: token tasks' same-step resets and step
                         infos) and PerSeedStatistics (each seed's own normaliser objects)
 
@@ -170,8 +170,6 @@ class SeedRun:
         self.num_iterations = cfg.total_steps // (env_cfg.num_envs * env_cfg.num_steps)
         self.algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg,
                                          self.num_iterations, network=task_network(env_cfg))
-        # from here on the seed's own streams (a population's), or the process's (the eager single run)
-        self.randoms = RandomState() if own_streams else ProcessStreams()
         self.obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
         self.reward_scaler = RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward,
                                           clip=env_cfg.reward_clip)
@@ -192,6 +190,8 @@ class SeedRun:
         self.episode_ended = np.zeros(env_cfg.num_envs, dtype=bool)
         self.progress_bar = progress_bar
         self.active, self.error = True, None  # error: the NonFiniteError that stopped this seed
+        # from here on the seed's own streams (each seed of a population), or the process's (an eager single run)
+        self.randoms = RandomState() if own_streams else ProcessStreams()
 
     def state_dict(self, wall_time: float, log_sizes: dict[str, int]) -> dict:
         return {
@@ -235,7 +235,8 @@ class SeedRun:
     def start(self, checkpoint: dict | None) -> None:
         cfg = self.cfg
         if checkpoint is None:
-            raw_obs, _ = self.envs.reset(seed=cfg.seed)
+            with self.randoms:
+                raw_obs, _ = self.envs.reset(seed=cfg.seed)
             self.obs = np.asarray(self.obs_normalizer(raw_obs, update=True), dtype=np.float32)
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     label=run_label(cfg))
@@ -252,7 +253,7 @@ class SeedRun:
         self.episode_returns, self.episode_lengths = [], []
 
     def evaluate(self, iteration: int) -> None:
-        with self.randoms:  # a sampled evaluation (token tasks) draws from the seed's streams
+        with self.randoms:  # any global draw an evaluator makes is the seed's (the suite's own make none)
             returns = self.evaluator(self.algorithm, self.obs_normalizer)
         self.last_eval = {
             "env_steps": self.env_steps,
@@ -369,13 +370,14 @@ class LockstepEnvs:
         return raw_obs, ended
 
 
-class SeedVectorEnvs:
+class PerSeedEnvs:
     """The eager path's env layer: each seed's Gymnasium vector env (make_vector_env) stepped through its own
-    wrappers, one call per seed - any task, the token tasks' same-step resets and step infos included. The
-    interface of LockstepEnvs; the wrappers keep their own state, so a checkpoint reads them as they are."""
+    wrappers, one call per seed, inside the seed's random streams (so that a task drawing from the global ones
+    draws in each seed what it draws alone) - any task, the token tasks' same-step resets and step infos
+    included. The interface of LockstepEnvs; the wrappers keep their own state, so a checkpoint reads them."""
 
-    def __init__(self, vector_envs: list):
-        self.vector_envs = vector_envs
+    def __init__(self, vector_envs: list, randoms: list):
+        self.vector_envs, self.randoms = vector_envs, randoms
         # a SAME_STEP env (the token tasks) resets within the step that ends an episode: every step is valid
         self.same_step_reset = vector_envs[0].metadata.get("autoreset_mode") == gym.vector.AutoresetMode.SAME_STEP
         count, num_envs = len(vector_envs), vector_envs[0].num_envs
@@ -388,19 +390,17 @@ class SeedVectorEnvs:
         self.rewards: list = [np.zeros(num_envs) for _ in range(count)]
         self.infos: list[dict] = [{} for _ in range(count)]
 
-    def from_layers(self) -> None:
-        """Nothing cached outside the wrappers."""
-
     def to_layers(self) -> None:
-        """Nothing cached outside the wrappers."""
+        """Nothing cached outside the wrappers: they are the state a checkpoint reads."""
 
     def step(self, actions: np.ndarray, active: np.ndarray) -> tuple[list, np.ndarray]:
         ended = np.zeros(self.terminated.shape, dtype=bool)
         for index, envs in enumerate(self.vector_envs):
             if not active[index]:
                 continue
-            (self.raw_obs[index], self.rewards[index], self.terminated[index], self.truncated[index],
-             info) = envs.step(actions[index])
+            with self.randoms[index]:
+                (self.raw_obs[index], self.rewards[index], self.terminated[index], self.truncated[index],
+                 info) = envs.step(actions[index])
             self.infos[index] = info
             if "_episode" in info:  # RecordEpisodeStatistics: the episodes that ended at this step
                 ended[index] = info["_episode"]
@@ -409,7 +409,7 @@ class SeedVectorEnvs:
         return self.raw_obs, ended
 
 
-class SeedStatistics:
+class LockstepStatistics:
     """Every seed's observation normaliser and reward scaler (algorithms/core.py), updated as [seeds, ...] arrays.
 
     The per-seed objects stay the source of truth for checkpoints and evaluation: `from_seeds`
@@ -493,13 +493,10 @@ class SeedStatistics:
 
 class PerSeedStatistics:
     """The eager path's statistics: each seed's own ObservationNormalizer and RewardScaler called on its own rows
-    (the interface of SeedStatistics; the objects are the state, so there is nothing to copy)."""
+    (the interface of LockstepStatistics; the objects are the state, so there is nothing to copy)."""
 
     def __init__(self, runs: list):
         self.runs = runs
-
-    def from_seeds(self) -> None:
-        """Nothing to read: the objects are the state."""
 
     def to_seeds(self) -> None:
         """Nothing to write: the objects are the state."""
@@ -561,6 +558,8 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
 def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
+    if cfg.algo.backend not in ("compiled", "torch"):
+        raise ValueError(f"algo.backend must be compiled or torch, got {cfg.algo.backend!r}")
     compiled = cfg.algo.backend == "compiled"
     # each seed its own random streams, except an eager single run: it draws from the process's, as a script does
     own_streams = compiled or len(seeds) > 1
@@ -568,7 +567,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                     own_streams=own_streams) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
     algorithms, randoms = [run.algorithm for run in runs], [run.randoms for run in runs]
     # compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); torch: each seed's own code
-    batch = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
+    population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
     env_cfg = cfg.env
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
@@ -579,12 +578,12 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     # "program": compiled, or eager (POPULATION_COMPILE=0, or no C++ compiler): they round differently, so a rerun
     # that must give the same numbers runs the same way (benchmarks/reproduce.py)
     batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds,
-                    "program": batch.mode}
+                    "program": population.mode}
 
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
             run.start(checkpoint)
-        batch.optimizer_from_seeds()
+        population.optimizer_from_seeds()
         start_iteration = runs[0].iteration + 1
         checkpoint_every = cfg.logging.checkpoint_every_steps
         next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
@@ -600,16 +599,16 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         terminated_np, truncated_np, valid_np = (columns(t) for t in
                                                  (rollout.terminated, rollout.truncated, rollout.valid))
         if compiled:
-            envs, statistics = LockstepEnvs([run.envs for run in runs]), SeedStatistics(runs)
+            envs, statistics = LockstepEnvs([run.envs for run in runs]), LockstepStatistics(runs)
         else:
-            envs, statistics = SeedVectorEnvs([run.envs for run in runs]), PerSeedStatistics(runs)
+            envs, statistics = PerSeedEnvs([run.envs for run in runs], randoms), PerSeedStatistics(runs)
         kl_penalties = [run.kl_penalty for run in runs]
-        shaping_rewards = any(penalty is not None for penalty in kl_penalties)
+        kl_penalized = any(penalty is not None for penalty in kl_penalties)
         phases = BatchPhaseTimes(runs)
         obs = np.stack([run.obs for run in runs])  # [seeds, envs, obs_dim], normalised
         episode_ended = np.stack([run.episode_ended for run in runs])
         with PreemptionSignals() as signals:
-            if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard, as in train()
+            if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard: a signal here stops after iteration 1
                 started = time.perf_counter()
                 for run in runs:
                     run.evaluate(0)
@@ -627,14 +626,14 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
                 act_time = step_time = scaling_time = normalising_time = 0.0
-                with batch.unchecked_calls():  # guards checked on each program's first call of the rollout
+                with population.unchecked_calls():  # guards checked on each program's first call of the rollout
                     for t in range(num_steps):
                         before_act = time.perf_counter()
                         # NEXT_STEP autoreset: the step after an episode ends is a reset that ignores its action
                         # (valid False); a SAME_STEP env (the token tasks) resets within the step that ends one
                         resetting = np.zeros_like(episode_ended) if envs.same_step_reset else episode_ended
                         valid = ~resetting & active[:, None]
-                        action, log_prob, value = batch.act(obs)
+                        action, log_prob, value = population.act(obs, active)
                         obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
                         valid_np[t] = valid
                         before_step = time.perf_counter()
@@ -643,7 +642,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         after_step = time.perf_counter()
                         raw_rewards_np[t] = envs.rewards
                         rewards = envs.rewards
-                        if shaping_rewards:  # token tasks: the reward learnt from is score - beta * log(pi / pi_ref)
+                        if kl_penalized:  # token tasks: the reward learnt from is score - beta * log(pi / pi_ref)
                             rewards = [penalty(reward, log_probs_np[t, index], envs.infos[index]["ref_log_prob"],
                                                valid[index], episode_ended[index]) if penalty is not None else reward
                                        for index, (penalty, reward) in enumerate(zip(kl_penalties, rewards))]
@@ -663,7 +662,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                                 runs[index].episode_returns.append(float(envs.episode_returns[index, j]))
                                 runs[index].episode_lengths.append(int(envs.episode_lengths[index, j]))
                     # V(obs after the last row), the bootstrap of every seed's rollout
-                    rollout.next_value.copy_(torch.from_numpy(batch.value(obs).reshape(-1)))
+                    rollout.next_value.copy_(torch.from_numpy(population.value(obs).reshape(-1)))
                 # the per-seed objects are what evaluation and checkpoints read
                 statistics.to_seeds()
                 for index, run in enumerate(runs):
@@ -672,8 +671,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                     for part in rollouts:
                         whiten_rewards(part.rewards, part.valid)
                 update_start = time.perf_counter()
-                with batch.unchecked_calls():
-                    all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
+                with population.unchecked_calls():
+                    all_stats = population.update(rollouts, iteration, [run.active for run in runs])
                 now = time.perf_counter()
                 phases.add("act", act_time)
                 phases.add("env step", step_time)
@@ -681,7 +680,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("observation normalisation", normalising_time)
                 phases.add("update", now - update_start)
                 evaluation_time = 0.0
-                interrupted = signals.received is not None
                 for run, stats in zip(runs, all_stats):
                     if not run.active:
                         continue
@@ -709,12 +707,13 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("evaluation", evaluation_time)
                 phases.add("logging and checkpoints", time.perf_counter() - now - evaluation_time)
                 env_steps = iteration * steps_per_iteration
+                interrupted = signals.received is not None  # read after the evaluations: one during them counts now
                 pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
                     checkpoint_start = time.perf_counter()
                     envs.to_layers()
-                    batch.optimizer_to_seeds()
+                    population.optimizer_to_seeds()
                     for run in runs:
                         if run.active:
                             run.write_checkpoint(iteration)

@@ -50,7 +50,7 @@ OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 def fastest_backend(algorithm: str) -> str:
     """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the population engine (compiled), which
     differentiates the algorithm's own torch loss over a seed axis, for PPO and every variant of it; torch (the
-    eager trainer, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
+    eager backend, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
     the resolved value, the backend it ran on."""
     from algorithms import ALGORITHMS
     from algorithms.ppo import PPO
