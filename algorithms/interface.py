@@ -1,4 +1,4 @@
-"""The contract between the trainer and an algorithm (benchmarks/engine/trainer.py calls only this).
+"""The contract between the training loop and an algorithm (benchmarks/engine/batch_trainer.py calls only this).
 
 An algorithm is built once per run from its preset (conf/algo/<preset>.yaml):
 

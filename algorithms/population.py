@@ -28,6 +28,7 @@ that they enter the program as [S] tensors instead of Python constants.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -365,8 +366,9 @@ class PopulationBatch:
                   if name.startswith("critic.")}
         return torch.func.functional_call(self.policies[0].critic, critic, (obs,)).squeeze(-1)
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs)."""
+    def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs). A stopped
+        seed (active False) acts too, harmlessly: its parameters are frozen and its envs are not stepped."""
         if self.draws is None or self.draws.shape[1] != obs.shape[1]:
             width = self.policies[0].actor.layers[-1].out_features
             self.draws = torch.empty(len(self), obs.shape[1], width)  # refilled every call: one shape, one program
@@ -389,13 +391,9 @@ class PopulationBatch:
     def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
         """Each active seed's statistics of this update (None for a seed that stopped)."""
         if self.vectorized:
-            stats = self.vectorized_update(rollouts, iteration, active)
-        else:
-            stats = []
-            for algorithm, rollout, randoms, on in zip(self.algorithms, rollouts, self.randoms, active):
-                with randoms:  # the seed's own streams around its own update code
-                    stats.append(algorithm.update(rollout, iteration) if on else None)
-            self.params = stack_parameters(self.policies)
+            return self.vectorized_update(rollouts, iteration, active)
+        stats = each_seed_update(self.algorithms, self.randoms, rollouts, iteration, active)
+        self.params = stack_parameters(self.policies)
         return stats
 
     def vectorized_update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
@@ -512,6 +510,60 @@ class PopulationBatch:
                 if step.steps_adam:
                     adam_state_to(self.moments[phase.optimizer], [getattr(a, phase.optimizer) for a in self.algorithms],
                                   self.policies)
+
+
+def each_seed_update(algorithms: list, randoms: list, rollouts: list, iteration: int, active: list[bool]) -> list:
+    """Each active seed's own algorithm.update, inside its own random streams (None for a seed that stopped)."""
+    stats = []
+    for algorithm, streams, rollout, on in zip(algorithms, randoms, rollouts, active):
+        with streams:
+            stats.append(algorithm.update(rollout, iteration) if on else None)
+    return stats
+
+
+class EagerPopulation:
+    """algo.backend=torch: each seed's own algorithm code run eagerly - its act, value and update, called as a
+    plain script calls them - behind PopulationBatch's interface, so that one training loop drives both. For
+    what the compiled program does not run (the token tasks' language-model policies) and for runs that must
+    equal torch.optim's own numbers bit for bit."""
+
+    mode = "eager"
+
+    def __init__(self, algorithms: list, randoms: list):
+        self.algorithms, self.randoms = algorithms, randoms
+
+    def __len__(self) -> int:
+        return len(self.algorithms)
+
+    def unchecked_calls(self):
+        return contextlib.nullcontext()  # nothing compiled, no guards
+
+    def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [seeds, envs, ...] -> action, log_prob, value of every seed, each from its own policy and streams.
+        A stopped seed (active False; its numbers went non-finite) does not act: its rows are zeros."""
+        per_seed: list = [None] * len(self)
+        for index, (algorithm, streams, seed_obs) in enumerate(zip(self.algorithms, self.randoms, obs)):
+            if active[index]:
+                with streams, torch.inference_mode():
+                    per_seed[index] = [column.numpy() for column in algorithm.act(torch.from_numpy(seed_obs))]
+        acting = next(columns for columns in per_seed if columns is not None)
+        per_seed = [columns or [np.zeros_like(column) for column in acting] for columns in per_seed]
+        action, log_prob, value = (np.stack(column) for column in zip(*per_seed))
+        return action, log_prob, value
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return np.stack([algorithm.value(torch.from_numpy(seed_obs)).numpy()
+                             for algorithm, seed_obs in zip(self.algorithms, obs)])
+
+    def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
+        return each_seed_update(self.algorithms, self.randoms, rollouts, iteration, active)
+
+    def optimizer_from_seeds(self) -> None:
+        """Nothing to read: the seeds' own objects are the state."""
+
+    def optimizer_to_seeds(self) -> None:
+        """Nothing to write: the seeds' own objects are the state."""
 
 
 # PPO's methods whose code the vectorized update does not run (it runs the algorithm's phases - their evaluation

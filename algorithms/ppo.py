@@ -102,8 +102,8 @@ class PPOConfig:
     max_grad_norm: PositiveFloat
     target_kl: Annotated[float | None, optional_positive_number()]
     # compiled: the loss over a seed axis, compiled (algorithms/population.py; a single seed is a population of
-    # one); torch: the same loss in eager autograd, one seed per process (token tasks, and the suites committed
-    # on it). Runs that predate the key: torch.
+    # one); torch: the same loss in eager autograd, each seed's own code in the same loop (token tasks, and the
+    # suites committed on it). Runs that predate the key: torch.
     backend: Annotated[str, Check(lambda v: v in ("compiled", "torch"), "compiled or torch (the numpy backend, a "
                                   "hand-derived gradient of PPO's loss, is retired)"), Before("torch")]
 

@@ -140,7 +140,7 @@ class Reruns:
         """The directory of run_dir's rerun (training it, or its batch, on first use), its population program compiled
         or eager as the run's was (they round differently)."""
         summary = json.loads((run_dir / "summary.json").read_text())
-        if not summary.get("batched"):  # the eager trainer's run
+        if not summary.get("batched"):  # made by the retired single-seed loop: trained alone
             return self.trained(run_dir, summary)
         program = summary["batched"].get("program", "compiled")  # runs that predate the key were compiled
         with mock.patch.dict(os.environ, {"POPULATION_COMPILE": "0" if program == "eager" else "1"}):
@@ -151,7 +151,7 @@ class Reruns:
         batched = summary.get("batched")
         if batched and config.get("seeds") is None and len(batched.get("trained_together") or batched["seeds"]) == 1:
             batched = None  # a population of one: train() trains it so
-        if batched and (config.get("seeds") is None or config.algo.backend != "compiled"):
+        if batched and config.get("seeds") is None:
             print(f"note: {run_dir} was trained in a batch; the overrides {self.overrides} retrain it alone",
                   flush=True)
             batched = None

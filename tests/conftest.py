@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.engine.config import compose_config  # noqa: F401  (tests import it from here)
@@ -31,7 +32,7 @@ def compiled(monkeypatch):
 
 
 def before_each_update(monkeypatch, hook) -> None:
-    """hook(algorithm, rollout, iteration) before every update on either backend: the eager trainer's PPO.update and
+    """hook(algorithm, rollout, iteration) before every update on either backend: the eager backend's PPO.update and
     the population's update (the compiled engine, where PPO.update itself does not run)."""
     from algorithms.population import PopulationBatch
     from algorithms.ppo import PPO
@@ -51,3 +52,12 @@ def before_each_update(monkeypatch, hook) -> None:
 
     monkeypatch.setattr(PPO, "update", eager)
     monkeypatch.setattr(PopulationBatch, "update", population)
+
+
+def assert_identical_logs(alone: Path, in_population: Path) -> None:
+    """Every logged number equal (not close): train.csv, eval.csv and episodes.csv, timing columns aside."""
+    for name in ("train.csv", "eval.csv", "episodes.csv"):
+        expected, got = pd.read_csv(alone / name), pd.read_csv(in_population / name)
+        numbers = [c for c in expected.columns if c not in ("wall_time", "sps", "rollout_time", "update_time")]
+        assert list(got.columns) == list(expected.columns), name
+        pd.testing.assert_frame_equal(got[numbers], expected[numbers], check_exact=True, obj=name)

@@ -1,5 +1,6 @@
 """Many seeds in one process (seeds=[...]; benchmarks/engine/batch_trainer.py): kill -9 resumes a batch exactly, a
-sweep packs seeds into batched jobs, and what a batch cannot run is refused in one line. That seed i of a batch
+sweep packs seeds into batched jobs, what a batch cannot run is refused in one line, and an eager population
+(algo.backend=torch) logs for each seed what the seed logs alone, bit for bit. That seed i of a batch
 takes the update it takes alone is tests/test_population.py's."""
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
-from tests.conftest import ROOT
+from benchmarks.engine.trainer import train
+from tests.conftest import ROOT, assert_identical_logs
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
 # 8 iterations of 512 steps per seed, a checkpoint after each; the family's own values (as SMALL_RUN)
@@ -24,9 +27,10 @@ SMALL_BATCH = ["env=CartPole", "env_family/values@env=shipped", "seeds=[0,1,2]",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo", "hp3o"])
+@pytest.mark.parametrize("algo", ["ppo", "hp3o", "ppo+torch"])
 def test_sigkill_mid_batch_then_rerun_logs_the_uninterrupted_numbers_for_every_seed(algo, tmp_path):
-    overrides = [f"algo={algo}", *SMALL_BATCH]
+    preset, _, backend = algo.partition("+")  # +torch: an eager population (each seed's own streams checkpointed)
+    overrides = [f"algo={preset}", *([f"algo.backend={backend}"] if backend else []), *SMALL_BATCH]
     train_batch(compose_config(overrides), [tmp_path / "reference" / f"seed{s}" for s in (0, 1, 2)])  # in this process
     victim = launch(overrides, tmp_path / "killed" / "job")
     wait_for_rows(tmp_path / "killed" / "job" / "seed2", 5, victim)
@@ -66,12 +70,53 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
 
 
 @pytest.mark.parametrize("override,message", [
-    (["seeds=[0,1]", "algo.backend=torch"], "seeds=[0, 1] (one batched process) runs on algo.backend=compiled, got 'torch'"),
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
-    (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with seeds=[...]"),
+    (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with algo.backend=compiled"),
 ])
 def test_a_batch_the_fast_path_cannot_run_is_refused_in_one_line(override, message, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), *override, f"hydra.run.dir={tmp_path}/job"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("task", [
+    ["env=CartPole", "algo=ppo_kl", "algo.target_kl=0.01"],  # each seed's own early stopping
+    ["env=Pendulum", "algo=outer_ppo_biased"],
+])
+def test_seed_i_of_an_eager_population_logs_what_it_logs_alone_bit_for_bit(task, tmp_path):
+    """algo.backend=torch, seeds=[...]: the one loop runs each seed's own eager code inside its own streams."""
+    overrides = [*task, "algo.backend=torch", "total_steps=4096", "eval.every_steps=2048", "eval.episodes=2",
+                 "logging.progress_bar=false", "logging.tensorboard=false"]
+    train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / "population" / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        train(compose_config([*overrides, f"seed={seed}"]), tmp_path / "alone" / f"seed{seed}")
+        assert_identical_logs(tmp_path / "alone" / f"seed{seed}", tmp_path / "population" / f"seed{seed}")
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(backend, tmp_path, monkeypatch):
+    from algorithms.population import EagerPopulation, PopulationBatch
+
+    population_class = PopulationBatch if backend == "compiled" else EagerPopulation
+    update = population_class.update
+
+    def update_then_poison_seed0(self, rollouts, iteration, active):
+        stats = update(self, rollouts, iteration, active)
+        if iteration == 3:
+            with torch.no_grad():
+                self.algorithms[0].policy.actor.layers[0].weight[0, 0] = float("nan")
+        return stats
+
+    monkeypatch.setattr(population_class, "update", update_then_poison_seed0)
+    overrides = ["env=CartPole", "algo=ppo", f"algo.backend={backend}", "total_steps=4096", "eval.every_steps=2048",
+                 "eval.episodes=2", "logging.progress_bar=false", "logging.tensorboard=false"]
+    summaries = train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
+    failed = json.loads((tmp_path / "seed0" / "summary.json").read_text())
+    assert failed["status"] == "failed"
+    assert "non-finite parameter actor.layers.0.weight at iteration 3 (1536 env steps)" in failed["error"]
+    assert [(s["seed"], s["status"], s["env_steps"]) for s in summaries] == [(1, "complete", 4096)]
+    if backend == "torch":  # each seed's own code: seed 1 logs what it logs alone
+        monkeypatch.undo()
+        train(compose_config([*overrides, "seed=1"]), tmp_path / "alone")
+        assert_identical_logs(tmp_path / "alone", tmp_path / "seed1")

@@ -66,7 +66,7 @@ def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout: 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "outer_ppo_nesterov", "hp3o", "outer_ppo_nesterov+torch"])
 def test_sigkill_at_a_random_iteration_then_rerun_logs_the_uninterrupted_numbers(algo, make_config, tmp_path):
-    preset, _, backend = algo.partition("+")  # +torch: the eager trainer (default: compiled, a population of one)
+    preset, _, backend = algo.partition("+")  # +torch: the eager backend (default: compiled, a population of one)
     overrides = [f"algo={preset}", *([f"algo.backend={backend}"] if backend else []), *SMALL_RUN]
     train(make_config(overrides), tmp_path / "reference")  # in this process: the same numbers
 
@@ -114,6 +114,28 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_rerun_resumes_mujoco_exactly(
     assert resumed.returncode == 0, stderr
     assert f"from its checkpoint at {stopped_at} env steps" in stderr
     assert_same_metrics(tmp_path / "reference", tmp_path / "run")
+
+
+def test_sigterm_during_a_mid_run_evaluation_stops_after_that_iteration(make_config, tmp_path, monkeypatch):
+    """The signal is read after the iteration's evaluations: a preemption that lands in a (long) evaluation is
+    checkpointed at once, not one more rollout and update later."""
+    from benchmarks.engine import trainer
+
+    evaluate = trainer.Evaluator.__call__
+    calls = []
+
+    def evaluate_then_signal(self, algorithm, obs_normalizer):
+        if not calls:  # the first evaluation: mid-run (eval.at_start=false)
+            os.kill(os.getpid(), signal.SIGTERM)
+        calls.append(1)
+        return evaluate(self, algorithm, obs_normalizer)
+
+    monkeypatch.setattr(trainer.Evaluator, "__call__", evaluate_then_signal)
+    with pytest.raises(trainer.TrainingInterrupted):
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    evaluated_at = pd.read_csv(tmp_path / "run" / "eval.csv")["env_steps"].tolist()
+    assert summary["status"] == "interrupted" and [summary["env_steps"]] == evaluated_at
 
 
 def test_sigterm_during_the_first_evaluation_is_honoured_not_a_silent_kill(make_config, tmp_path, monkeypatch):

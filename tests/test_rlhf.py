@@ -283,7 +283,6 @@ def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_inf
     ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),
     ("env.network.init_from=rlhf/poetry", "env.network.init_from must be rlhf/<task>"),
     ("env.network.init_from=/no/such/model", "or an existing model directory, got '/no/such/model'"),
-    ("seeds=[0,1]", "does not run token tasks (env.family=rlhf): train their seeds as separate jobs"),
 ])
 def test_bad_token_task_configs_get_one_line_each(make_config, override, message):
     with pytest.raises(ConfigError) as error:
@@ -336,7 +335,7 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
 
 def recording_updates(monkeypatch) -> list:
     """The (obs, valid) of every rollout the trainer hands to algorithm.update, recorded as it trains."""
-    import benchmarks.engine.trainer as trainer_module
+    import benchmarks.engine.batch_trainer as trainer_module  # the loop builds the algorithm
 
     seen, build = [], trainer_module.build_algorithm
 
@@ -365,6 +364,21 @@ def tokens_generated(run_dir) -> tuple[int, int]:
     writing = ~env["needs_reset"].numpy()  # next_step: a finished response waits a step, counted in episodes.csv
     in_flight = int((env["lengths"].numpy() - ARITHMETIC.prompt_tokens)[writing].sum())
     return int(episodes["episode_length"].sum()) + in_flight, len(episodes)
+
+
+def test_a_token_tasks_seeds_train_as_one_eager_population_each_logging_what_it_logs_alone(tmp_path):
+    """seeds=[...] on a token task: the one loop runs each seed's language-model policy, KL penalty and sampled
+    evaluation inside the seed's own streams; every number equals the seed's single run's."""
+    from benchmarks.engine.batch_trainer import train_batch
+    from benchmarks.engine.config import compose_config
+    from tests.conftest import assert_identical_logs
+
+    overrides = ["env=RLHFArithmetic", "algo=ppo_kl", "total_steps=2048", "eval.every_steps=1024",
+                 "env.kl_penalty.adaptive=true", "logging.progress_bar=false", "logging.tensorboard=false"]
+    train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / "population" / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        train(compose_config([*overrides, f"seed={seed}"]), tmp_path / "alone" / f"seed{seed}")
+        assert_identical_logs(tmp_path / "alone" / f"seed{seed}", tmp_path / "population" / f"seed{seed}")
 
 
 def test_a_budget_of_n_steps_generates_n_tokens_and_every_row_of_the_update_is_a_token_written(

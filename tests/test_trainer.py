@@ -182,7 +182,7 @@ def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_confi
     monkeypatch.setitem(algorithms.ALGORITHMS, "ppo", LinearReinforce)  # the preset's `algorithm: ppo` builds it
     overrides = ["env=CartPole", "total_steps=2048", "eval.every_steps=1024", "logging.checkpoint_every_steps=512",
                  *QUIET]
-    assert make_config(overrides).algo.backend == "torch"  # no PPO: by default the eager trainer runs its update
+    assert make_config(overrides).algo.backend == "torch"  # no PPO: by default the eager backend runs its update
     summary = train(make_config(overrides), tmp_path / "run")
     assert summary["status"] == "complete" and summary["env_steps"] == 2048
     train_log = pd.read_csv(tmp_path / "run" / "train.csv")

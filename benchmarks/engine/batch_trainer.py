@@ -1,11 +1,19 @@
-"""N seeds of one configuration in one process, in lockstep (`seeds=[0,1,2,3]`; algorithms/population.py).
+"""The training loop: a population of seeds of one configuration trained in lockstep (`seeds=[0,1,2,3]`),
+a single run being a population of one (benchmarks/engine/trainer.py train()).
 
 Each seed is a normal run: its own run directory (`<job dir>/../seed<k>`, where a single-seed
 run of it would write), its own envs, evaluator, logs, TensorBoard file, checkpoints and
-summary - the files and columns of benchmarks/engine/trainer.py's train(), so the report, claims
-and the regression check read them unchanged. What is shared: one batched forward per
-env step for all seeds, PPO's batched update, and the loop. The summary's "batched" entry
-records the batch.
+summary, so the report, claims and the regression check read every run alike. What is shared: the
+loop, and on the compiled engine one act call per env step for all seeds and one update program. The
+summary's "batched" entry records the population.
+
+The loop is written once; what it drives comes in two kinds, chosen by algo.backend:
+
+    compiled (default)  PopulationBatch (algorithms/population.py: the algorithm's torch loss over the
+                        seed axis, compiled), LockstepEnvs and LockstepStatistics ([seeds, envs] arrays)
+    torch (eager)       EagerPopulation (each seed's own act and update), PerSeedEnvs (each seed's
+                        Gymnasium vector env through its wrappers: token tasks' same-step resets and step
+                        infos) and PerSeedStatistics (each seed's own normaliser objects)
 
 Checkpoints: every seed writes its own at the same iteration. A kill can land between two
 seeds' writes; on resume every seed is rolled back to the newest iteration all of them
@@ -28,28 +36,36 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
-from algorithms.population import PopulationBatch
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
+from algorithms.population import EagerPopulation, PopulationBatch
+from benchmarks import numerics
 from benchmarks.engine.checkpoint import (
     CHECKPOINT_FILES,
+    CHECKPOINT_FORMAT,
     CheckpointError,
     load_checkpoint,
+    load_rng_states,
     pack_rng,
     read_checkpoint,
+    rng_states,
     save_checkpoint,
     unpack_rng,
 )
+from benchmarks.engine.config import task_kwargs, task_network
+from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
 from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
 from benchmarks.engine.trainer import (
-    Evaluator,
     NonFiniteError,
+    PhaseTimes,
     PreemptionSignals,
-    TrainingState,
+    TrainingInterrupted,
     check_finite,
     final_metrics,
     log_iteration,
+    make_evaluator,
     pause_requested,
     seed_everything,
 )
@@ -80,6 +96,30 @@ class RandomState:
         random.setstate(python_state)
         np.random.set_state(numpy_state)
 
+    def state_dict(self) -> dict:
+        return pack_rng(self.python, self.numpy, self.torch.get_state())
+
+    def load_state_dict(self, state: dict) -> None:
+        self.python, self.numpy, torch_state = unpack_rng(state)
+        self.torch.set_state(torch_state)
+
+
+class ProcessStreams:
+    """The eager path's single run: its streams are the process's own global ones, as a plain script's (so that
+    anything drawing from them - a task's own code included - draws in the order such a script would)."""
+
+    def __enter__(self) -> "ProcessStreams":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return rng_states()
+
+    def load_state_dict(self, state: dict) -> None:
+        load_rng_states(state)
+
 
 def seed_rollout(rollout: Rollout, index: int, num_envs: int) -> Rollout:
     """Seed `index`'s columns of a [steps, seeds x envs] rollout, as views."""
@@ -107,47 +147,97 @@ def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
     return config
 
 
-class SeedRun(TrainingState):
-    """One seed of the batch: its training state (what its checkpoint holds, defined once in TrainingState)
-    with its own random streams, plus its logs; the batch loop steps all seeds' envs and networks together."""
+class SeedRun:
+    """One seed of the population: its agent, envs, evaluator, random streams and logs, and the loop's position.
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, progress_bar: bool):
+    What its checkpoint holds and a resume restores is written once (state_dict / load_state_dict): the agent
+    (the algorithm with its networks, optimizers and buffers; the observation and reward statistics; a token
+    task's KL penalty), the environments mid-episode (training and evaluation), the random streams, and the
+    loop's position: the last completed iteration, env steps, the next evaluation, the last evaluation's row,
+    training seconds so far, the phase timers, and the observation and episode-end flags the next step starts
+    from.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, progress_bar: bool, own_streams: bool):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         env_cfg, algo_cfg = cfg.env, cfg.algo
-        seed_everything(cfg.seed)  # as train_locked() does, so that network init draws what a single-seed run draws
-        envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed)
-        self.dims = space_dims(envs)
+        seed_everything(cfg.seed)  # network init draws what any run of this seed draws
+        env_kwargs = task_kwargs(env_cfg)
+        self.envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed, env_kwargs=env_kwargs)
+        self.dims = space_dims(self.envs)
         obs_dim, action_dim, discrete, _ = self.dims
         self.num_iterations = cfg.total_steps // (env_cfg.num_envs * env_cfg.num_steps)
-        algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg, self.num_iterations)
-        self.randoms = RandomState()  # the global stream's state after network init: this seed's from here on
-        super().__init__(cfg, algorithm,
-                         ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip),
-                         RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward, clip=env_cfg.reward_clip),
-                         envs, Evaluator(env_cfg.id, cfg.eval.episodes, cfg.seed + 1_000_000))
+        self.algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg,
+                                         self.num_iterations, network=task_network(env_cfg))
+        self.obs_normalizer = ObservationNormalizer((obs_dim,), env_cfg.normalize_obs, clip=env_cfg.obs_clip)
+        self.reward_scaler = RewardScaler(env_cfg.num_envs, algo_cfg.gamma, env_cfg.scale_reward,
+                                          clip=env_cfg.reward_clip)
+        # token tasks (RLHF): the per-token KL penalty to the reference model, and the task's per-episode numbers
+        self.kl_penalty = ReferenceKLPenalty(env_cfg.kl_penalty, env_cfg.num_envs) if "kl_penalty" in env_cfg else None
+        self.episode_infos = EpisodeInfoMeans()
+        self.evaluator = make_evaluator(cfg, env_kwargs)
+        self.config = OmegaConf.to_container(cfg, resolve=True)
+        self.iteration = 0          # the last completed iteration
+        self.env_steps = 0
+        self.next_eval_at = cfg.eval.every_steps
+        self.last_eval: dict | None = None
+        self.resumed_at: list[int] = []  # env steps at which each resume started
+        self.elapsed = 0.0          # training seconds before this process started
+        self.phases = PhaseTimes()
+        self.obs: np.ndarray | None = None  # normalised, float32
+        # True where the previous step ended an episode: the coming step is a reset step.
+        self.episode_ended = np.zeros(env_cfg.num_envs, dtype=bool)
         self.progress_bar = progress_bar
         self.active, self.error = True, None  # error: the NonFiniteError that stopped this seed
+        # from here on the seed's own streams (each seed of a population), or the process's (an eager single run)
+        self.randoms = RandomState() if own_streams else ProcessStreams()
 
-    # the seed's own streams, in train()'s checkpoint layout (its "torch" is the seed's generator)
-    def rng_state(self) -> dict:
-        return pack_rng(self.randoms.python, self.randoms.numpy, self.randoms.torch.get_state())
+    def state_dict(self, wall_time: float, log_sizes: dict[str, int]) -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config,
+            "numerics": numerics.MODE,
+            "algorithm": self.algorithm.state_dict(),
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            **({"kl_penalty": self.kl_penalty.state_dict()} if self.kl_penalty is not None else {}),
+            "env_steps": self.env_steps,
+            "iteration": self.iteration,
+            "rng": self.randoms.state_dict(),
+            "envs": vector_env_state(self.envs),
+            "eval_envs": vector_env_state(self.evaluator.envs),
+            "eval_seed": self.evaluator.seed,
+            "loop": {"obs": torch.from_numpy(self.obs.copy()), "episode_ended": torch.from_numpy(self.episode_ended.copy()),
+                     "next_eval_at": self.next_eval_at, "last_eval": self.last_eval, "resumed_at": self.resumed_at,
+                     "wall_time": wall_time, "phase_seconds": dict(self.phases.seconds)},
+            "logs": log_sizes,  # bytes of each CSV log at this point: a resume cuts them back to it
+        }
 
-    def load_rng_state(self, state: dict) -> None:
-        self.randoms.python, self.randoms.numpy, torch_state = unpack_rng(state)
-        self.randoms.torch.set_state(torch_state)
-
-    def obs_tensor(self) -> torch.Tensor:
-        return torch.from_numpy(self.obs.copy())
-
-    def load_obs(self, obs: torch.Tensor) -> None:
-        self.obs = obs.numpy().copy()
+    def load_state_dict(self, checkpoint: dict) -> None:
+        self.algorithm.load_state_dict(checkpoint["algorithm"])
+        self.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
+        self.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+        if self.kl_penalty is not None:
+            self.kl_penalty.load_state_dict(checkpoint["kl_penalty"])
+        load_vector_env_state(self.envs, checkpoint["envs"])
+        load_vector_env_state(self.evaluator.envs, checkpoint["eval_envs"])
+        self.evaluator.seed = checkpoint["eval_seed"]
+        self.randoms.load_state_dict(checkpoint["rng"])
+        loop = checkpoint["loop"]
+        self.obs = loop["obs"].numpy().copy()
+        self.episode_ended = loop["episode_ended"].numpy().copy()
+        self.iteration, self.env_steps = checkpoint["iteration"], checkpoint["env_steps"]
+        self.elapsed, self.last_eval, self.next_eval_at = loop["wall_time"], loop["last_eval"], loop["next_eval_at"]
+        self.resumed_at = loop["resumed_at"] + [self.env_steps]
+        self.phases.seconds.update(loop.get("phase_seconds") or {})  # absent from checkpoints made before the timers
 
     def start(self, checkpoint: dict | None) -> None:
         cfg = self.cfg
         if checkpoint is None:
-            raw_obs, _ = self.envs.reset(seed=cfg.seed)
-            self.obs = self.obs_normalizer(raw_obs, update=True).astype(np.float32)
+            with self.randoms:
+                raw_obs, _ = self.envs.reset(seed=cfg.seed)
+            self.obs = np.asarray(self.obs_normalizer(raw_obs, update=True), dtype=np.float32)
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv")
@@ -158,11 +248,13 @@ class SeedRun(TrainingState):
                                     resume={"sizes": logs, "env_steps": self.env_steps}, label=run_label(cfg))
             self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"])
             print(f"resuming {self.run_dir} from its checkpoint at {self.env_steps} env steps", file=sys.stderr)
+        # wall_time counts the time of every segment of an interrupted run up to its checkpoint
         self.start_time = time.perf_counter() - self.elapsed
         self.episode_returns, self.episode_lengths = [], []
 
     def evaluate(self, iteration: int) -> None:
-        returns = self.evaluator(self.algorithm, self.obs_normalizer)
+        with self.randoms:  # any global draw an evaluator makes is the seed's (the suite's own make none)
+            returns = self.evaluator(self.algorithm, self.obs_normalizer)
         self.last_eval = {
             "env_steps": self.env_steps,
             "iteration": iteration,
@@ -170,8 +262,14 @@ class SeedRun(TrainingState):
             "eval_return_mean": float(returns.mean()),
             "eval_return_std": float(returns.std()),
             "eval_episodes": len(returns),
+            **self.evaluator.columns,
         }
         self.logger.log_eval(self.last_eval)
+
+    def rollout_stats(self) -> dict:
+        """A token task's numbers of the rollout (its KL penalty's, the episodes' own); none for other tasks."""
+        return {**(self.kl_penalty.end_rollout() if self.kl_penalty is not None else {}),
+                **self.episode_infos.end_rollout()}
 
     def write_checkpoint(self, iteration: int) -> None:
         self.iteration = iteration
@@ -200,6 +298,9 @@ class LockstepEnvs:
     saved and restored by benchmarks/engine/env_state.py exactly as a single-seed run's.
     """
 
+    same_step_reset = False  # NEXT_STEP autoreset: the step after an episode's end is a reset step
+    infos = None  # the sub-envs' step infos are not kept (make_vector_env drops them: DropStepInfo)
+
     def __init__(self, vector_envs: list):
         self.vector_envs = vector_envs
         self.sub_envs = [self.layer(envs, gym.vector.SyncVectorEnv).envs for envs in vector_envs]
@@ -209,6 +310,7 @@ class LockstepEnvs:
         self.rewards = np.zeros((count, num_envs))
         self.terminated = np.zeros((count, num_envs), dtype=bool)
         self.truncated = np.zeros((count, num_envs), dtype=bool)
+        self.raw_obs = np.zeros((count, num_envs) + vector_envs[0].single_observation_space.shape, np.float64)
         self.from_layers()
 
     @staticmethod
@@ -237,9 +339,10 @@ class LockstepEnvs:
             stats.prev_dones = self.prev_dones[index].copy()
             stats.episode_count = int(self.episode_count[index])
 
-    def step(self, actions: np.ndarray, active: list[bool], raw_obs: np.ndarray) -> np.ndarray:
-        """One step of every active seed's envs; observations into raw_obs [seeds, envs, ...]; returns
-        the mask of episodes that ended ([seeds, envs]), whose return and length are in episode_returns/lengths."""
+    def step(self, actions: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One step of every active seed's envs: the raw observations [seeds, envs, ...] and the mask of the
+        episodes that ended ([seeds, envs]), whose return and length are in episode_returns/lengths."""
+        raw_obs = self.raw_obs
         if self.bounds is not None:  # make_vector_env's clip, on its way into the env only
             actions = np.clip(actions, *self.bounds)
         for index, sub_envs in enumerate(self.sub_envs):
@@ -264,10 +367,49 @@ class LockstepEnvs:
         ended = on & dones
         self.prev_dones = np.where(on, dones, self.prev_dones)
         self.episode_count += ended.sum(axis=1)
-        return ended
+        return raw_obs, ended
 
 
-class SeedStatistics:
+class PerSeedEnvs:
+    """The eager path's env layer: each seed's Gymnasium vector env (make_vector_env) stepped through its own
+    wrappers, one call per seed, inside the seed's random streams (so that a task drawing from the global ones
+    draws in each seed what it draws alone) - any task, the token tasks' same-step resets and step infos
+    included. The interface of LockstepEnvs; the wrappers keep their own state, so a checkpoint reads them."""
+
+    def __init__(self, vector_envs: list, randoms: list):
+        self.vector_envs, self.randoms = vector_envs, randoms
+        # a SAME_STEP env (the token tasks) resets within the step that ends an episode: every step is valid
+        self.same_step_reset = vector_envs[0].metadata.get("autoreset_mode") == gym.vector.AutoresetMode.SAME_STEP
+        count, num_envs = len(vector_envs), vector_envs[0].num_envs
+        self.terminated = np.zeros((count, num_envs), dtype=bool)
+        self.truncated = np.zeros((count, num_envs), dtype=bool)
+        self.episode_returns = np.zeros((count, num_envs))
+        self.episode_lengths = np.zeros((count, num_envs), dtype=np.int64)
+        # each seed's observations and rewards as its env returns them (in its own dtypes)
+        self.raw_obs: list = [None] * count
+        self.rewards: list = [np.zeros(num_envs) for _ in range(count)]
+        self.infos: list[dict] = [{} for _ in range(count)]
+
+    def to_layers(self) -> None:
+        """Nothing cached outside the wrappers: they are the state a checkpoint reads."""
+
+    def step(self, actions: np.ndarray, active: np.ndarray) -> tuple[list, np.ndarray]:
+        ended = np.zeros(self.terminated.shape, dtype=bool)
+        for index, envs in enumerate(self.vector_envs):
+            if not active[index]:
+                continue
+            with self.randoms[index]:
+                (self.raw_obs[index], self.rewards[index], self.terminated[index], self.truncated[index],
+                 info) = envs.step(actions[index])
+            self.infos[index] = info
+            if "_episode" in info:  # RecordEpisodeStatistics: the episodes that ended at this step
+                ended[index] = info["_episode"]
+                self.episode_returns[index] = info["episode"]["r"]
+                self.episode_lengths[index] = info["episode"]["l"]
+        return self.raw_obs, ended
+
+
+class LockstepStatistics:
     """Every seed's observation normaliser and reward scaler (algorithms/core.py), updated as [seeds, ...] arrays.
 
     The per-seed objects stay the source of truth for checkpoints and evaluation: `from_seeds`
@@ -349,6 +491,25 @@ class SeedStatistics:
         return np.minimum(np.maximum(scaled, -self.reward_clip), self.reward_clip)
 
 
+class PerSeedStatistics:
+    """The eager path's statistics: each seed's own ObservationNormalizer and RewardScaler called on its own rows
+    (the interface of LockstepStatistics; the objects are the state, so there is nothing to copy)."""
+
+    def __init__(self, runs: list):
+        self.runs = runs
+
+    def to_seeds(self) -> None:
+        """Nothing to write: the objects are the state."""
+
+    def normalize(self, raw_obs: list, active: np.ndarray) -> np.ndarray:
+        return np.stack([np.asarray(run.obs_normalizer(raw, update=True), dtype=np.float32) if on else run.obs
+                         for run, raw, on in zip(self.runs, raw_obs, active)])
+
+    def scale(self, rewards: list, episode_ended: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        return np.stack([run.reward_scaler(reward, ended, seed_valid)
+                         for run, reward, ended, seed_valid in zip(self.runs, rewards, episode_ended, valid)])
+
+
 class BatchPhaseTimes:
     """The loop's phase times (benchmarks/engine/trainer.py LOOP_PHASES), the batch's: every seed shares its loop."""
 
@@ -397,10 +558,16 @@ def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None =
 def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
-    runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0)
-            for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
-    # the algorithm's torch loss over the seed axis (algorithms/population.py)
-    batch = PopulationBatch([run.algorithm for run in runs], [run.randoms for run in runs])
+    if cfg.algo.backend not in ("compiled", "torch"):
+        raise ValueError(f"algo.backend must be compiled or torch, got {cfg.algo.backend!r}")
+    compiled = cfg.algo.backend == "compiled"
+    # each seed its own random streams, except an eager single run: it draws from the process's, as a script does
+    own_streams = compiled or len(seeds) > 1
+    runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0,
+                    own_streams=own_streams) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
+    algorithms, randoms = [run.algorithm for run in runs], [run.randoms for run in runs]
+    # compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); torch: each seed's own code
+    population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
     env_cfg = cfg.env
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
@@ -411,12 +578,12 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     # "program": compiled, or eager (POPULATION_COMPILE=0, or no C++ compiler): they round differently, so a rerun
     # that must give the same numbers runs the same way (benchmarks/reproduce.py)
     batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds,
-                    "program": batch.mode}
+                    "program": population.mode}
 
     try:
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
             run.start(checkpoint)
-        batch.optimizer_from_seeds()
+        population.optimizer_from_seeds()
         start_iteration = runs[0].iteration + 1
         checkpoint_every = cfg.logging.checkpoint_every_steps
         next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
@@ -431,13 +598,17 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         rewards_np, raw_rewards_np = columns(rollout.rewards), columns(rollout.raw_rewards)
         terminated_np, truncated_np, valid_np = (columns(t) for t in
                                                  (rollout.terminated, rollout.truncated, rollout.valid))
-        lockstep_envs, statistics = LockstepEnvs([run.envs for run in runs]), SeedStatistics(runs)
+        if compiled:
+            envs, statistics = LockstepEnvs([run.envs for run in runs]), LockstepStatistics(runs)
+        else:
+            envs, statistics = PerSeedEnvs([run.envs for run in runs], randoms), PerSeedStatistics(runs)
+        kl_penalties = [run.kl_penalty for run in runs]
+        kl_penalized = any(penalty is not None for penalty in kl_penalties)
         phases = BatchPhaseTimes(runs)
         obs = np.stack([run.obs for run in runs])  # [seeds, envs, obs_dim], normalised
         episode_ended = np.stack([run.episode_ended for run in runs])
-        raw_obs = np.zeros(obs.shape, np.float64)
         with PreemptionSignals() as signals:
-            if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard, as in train()
+            if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard: a signal here stops after iteration 1
                 started = time.perf_counter()
                 for run in runs:
                     run.evaluate(0)
@@ -455,39 +626,53 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
                 act_time = step_time = scaling_time = normalising_time = 0.0
-                with batch.unchecked_calls():  # guards checked on each program's first call of the rollout
+                with population.unchecked_calls():  # guards checked on each program's first call of the rollout
                     for t in range(num_steps):
                         before_act = time.perf_counter()
-                        valid = ~episode_ended & active[:, None]
-                        action, log_prob, value = batch.act(obs)
+                        # NEXT_STEP autoreset: the step after an episode ends is a reset that ignores its action
+                        # (valid False); a SAME_STEP env (the token tasks) resets within the step that ends one
+                        resetting = np.zeros_like(episode_ended) if envs.same_step_reset else episode_ended
+                        valid = ~resetting & active[:, None]
+                        action, log_prob, value = population.act(obs, active)
                         obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
                         valid_np[t] = valid
                         before_step = time.perf_counter()
-                        ended = lockstep_envs.step(action, active, raw_obs)
-                        episode_ended = lockstep_envs.terminated | lockstep_envs.truncated
+                        raw_obs, ended = envs.step(action, active)
+                        episode_ended = envs.terminated | envs.truncated
                         after_step = time.perf_counter()
-                        raw_rewards_np[t] = lockstep_envs.rewards
-                        rewards_np[t] = statistics.scale(lockstep_envs.rewards, episode_ended, valid)
-                        terminated_np[t], truncated_np[t] = lockstep_envs.terminated, lockstep_envs.truncated
+                        raw_rewards_np[t] = envs.rewards
+                        rewards = envs.rewards
+                        if kl_penalized:  # token tasks: the reward learnt from is score - beta * log(pi / pi_ref)
+                            rewards = [penalty(reward, log_probs_np[t, index], envs.infos[index]["ref_log_prob"],
+                                               valid[index], episode_ended[index]) if penalty is not None else reward
+                                       for index, (penalty, reward) in enumerate(zip(kl_penalties, rewards))]
+                        rewards_np[t] = statistics.scale(rewards, episode_ended, valid)
+                        terminated_np[t], truncated_np[t] = envs.terminated, envs.truncated
                         after_scaling = time.perf_counter()
                         obs = statistics.normalize(raw_obs, active)
                         act_time += before_step - before_act
                         step_time += after_step - before_step
                         scaling_time += after_scaling - after_step
                         normalising_time += time.perf_counter() - after_scaling
+                        if envs.infos is not None:  # a task's own per-episode numbers (the token tasks' judge)
+                            for run, info in zip(runs, envs.infos):
+                                run.episode_infos.add(info)
                         if ended.any():
                             for index, j in zip(*np.nonzero(ended)):
-                                runs[index].episode_returns.append(float(lockstep_envs.episode_returns[index, j]))
-                                runs[index].episode_lengths.append(int(lockstep_envs.episode_lengths[index, j]))
+                                runs[index].episode_returns.append(float(envs.episode_returns[index, j]))
+                                runs[index].episode_lengths.append(int(envs.episode_lengths[index, j]))
                     # V(obs after the last row), the bootstrap of every seed's rollout
-                    rollout.next_value.copy_(torch.from_numpy(batch.value(obs).reshape(-1)))
+                    rollout.next_value.copy_(torch.from_numpy(population.value(obs).reshape(-1)))
                 # the per-seed objects are what evaluation and checkpoints read
                 statistics.to_seeds()
                 for index, run in enumerate(runs):
                     run.obs, run.episode_ended = obs[index], episode_ended[index]
+                if env_cfg.get("whiten_rewards", False):  # TRL's option (benchmarks/engine/reference_kl.py)
+                    for part in rollouts:
+                        whiten_rewards(part.rewards, part.valid)
                 update_start = time.perf_counter()
-                with batch.unchecked_calls():
-                    all_stats = batch.update(rollouts, iteration, [run.active for run in runs])
+                with population.unchecked_calls():
+                    all_stats = population.update(rollouts, iteration, [run.active for run in runs])
                 now = time.perf_counter()
                 phases.add("act", act_time)
                 phases.add("env step", step_time)
@@ -495,7 +680,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("observation normalisation", normalising_time)
                 phases.add("update", now - update_start)
                 evaluation_time = 0.0
-                interrupted = signals.received is not None
                 for run, stats in zip(runs, all_stats):
                     if not run.active:
                         continue
@@ -509,6 +693,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         if not one_run:  # a single run's caller says it once, as the run's own error (below)
                             print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
+                    stats = {**stats, **run.rollout_stats()}
                     # times are the batch's; sps is this seed's steps over the batch's iteration time
                     log_iteration(run.logger, run.episodes_log, stats, run.env_steps, iteration, run.episode_returns,
                                   run.episode_lengths, times=(run.start_time, iteration_start, update_start, now),
@@ -522,12 +707,13 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("evaluation", evaluation_time)
                 phases.add("logging and checkpoints", time.perf_counter() - now - evaluation_time)
                 env_steps = iteration * steps_per_iteration
+                interrupted = signals.received is not None  # read after the evaluations: one during them counts now
                 pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
                     checkpoint_start = time.perf_counter()
-                    lockstep_envs.to_layers()
-                    batch.optimizer_to_seeds()
+                    envs.to_layers()
+                    population.optimizer_to_seeds()
                     for run in runs:
                         if run.active:
                             run.write_checkpoint(iteration)
@@ -549,8 +735,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             if run.active:
                 run.logger.log_hparams(run.config, final_metrics(run.last_eval))
     except Exception as error:
-        from benchmarks.engine.trainer import TrainingInterrupted
-
         if not isinstance(error, TrainingInterrupted):
             for run in runs:
                 if run.active:

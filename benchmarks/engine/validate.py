@@ -50,7 +50,7 @@ OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 def fastest_backend(algorithm: str) -> str:
     """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the population engine (compiled), which
     differentiates the algorithm's own torch loss over a seed axis, for PPO and every variant of it; torch (the
-    eager trainer, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
+    eager backend, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
     the resolved value, the backend it ran on."""
     from algorithms import ALGORITHMS
     from algorithms.ppo import PPO
@@ -360,18 +360,12 @@ def _cross_checks(data: dict) -> list[str]:
     errors += network_size_problems(algo)
     algorithm = ALGORITHMS[algo["algorithm"]]
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
-    if data["seeds"] is not None and env["family"] == "rlhf":
-        errors.append(f"seeds={data['seeds']} (one batched process) does not run token tasks (env.family=rlhf): "
-                      f"train their seeds as separate jobs, e.g. python run.py -m seed=0,1,2 ...")
-    elif data["seeds"] is not None and algo["backend"] != "compiled":
-        errors.append(f"seeds={data['seeds']} (one batched process) runs on algo.backend=compiled, "
-                      f"got {algo['backend']!r}: set algo.backend=compiled")
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
-    if (data["seeds"] is not None or algo["backend"] == "compiled") and algo["target_kl"] is not None:
-        errors.append(f"algo.target_kl must be null with seeds=[...] or algo.backend=compiled: early stopping is per "
-                      f"seed and a population steps all its seeds together (got {algo['target_kl']}); "
-                      f"algo.backend=torch runs it for one seed")
+    if algo["backend"] == "compiled" and algo["target_kl"] is not None:
+        errors.append(f"algo.target_kl must be null with algo.backend=compiled: early stopping is per seed and a "
+                      f"population steps all its seeds together (got {algo['target_kl']}); algo.backend=torch runs "
+                      f"each seed's own update")
     if env["family"] == "rlhf":
         if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
             errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the compiled "

@@ -76,10 +76,11 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
             state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, 3e-4, active, {})
 
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
-        step(), population.act(observations)  # compiled here, outside the timed calls
+        acting = np.ones(size, dtype=bool)
+        step(), population.act(observations, acting)  # compiled here, outside the timed calls
         with population.unchecked_calls():  # as the trainer calls them: guards checked once per block
-            out[f"compiled, population of {size}"] = (microseconds(step, calls) / size,
-                                                      microseconds(lambda: population.act(observations), calls) / size)
+            out[f"compiled, population of {size}"] = (
+                microseconds(step, calls) / size, microseconds(lambda: population.act(observations, acting), calls) / size)
     return out
 
 
