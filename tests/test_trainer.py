@@ -53,9 +53,7 @@ def numbers(run_dir: Path, name: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("env_name", ["CartPole", "HalfCheetah"])
 def test_same_seed_gives_identical_numbers(env_name, make_config, tmp_path):
-    overrides = [f"env={env_name}", "total_steps=4096", "eval.every_steps=2048", *QUIET]
-    if env_name == "HalfCheetah":
-        overrides.append("algo.update_epochs=2")
+    overrides = [f"env={env_name}", "total_steps=4096", "eval.every_steps=2048", "algo.update_epochs=2", *QUIET]
     for name in ("a", "b"):
         train(make_config(overrides), tmp_path / name)
     for log in ("train.csv", "eval.csv", "episodes.csv"):
