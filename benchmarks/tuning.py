@@ -70,6 +70,16 @@ def trained_env_steps(run_dir: Path) -> int:
     return int(read_summary(run_dir).get("env_steps") or 0)
 
 
+def training_seconds(run_dir: Path) -> float:
+    """The process seconds a run has taken so far (its summary's wall_time_s, paused or complete), shared out among
+    the seeds trained together in that process: summed over a trial's runs, what the trial cost on one core each."""
+    from benchmarks.runs import read_summary
+
+    summary = read_summary(run_dir)
+    together = (summary.get("batched") or {}).get("trained_together") or [summary.get("seed")]
+    return float(summary.get("wall_time_s") or 0.0) / len(together)
+
+
 def rung_steps(pruner: dict | None, total_steps: int) -> list[int]:
     """Where a pruned study judges its trials: min_steps * reduction_factor**k below total_steps, then total_steps.
 
@@ -269,7 +279,9 @@ class TuningStudy:
         return False
 
     def record_spent(self, trial) -> None:
-        trial.set_user_attr("env_steps", sum(trained_env_steps(run_dir) for run_dir in self.run_dirs(trial).values()))
+        runs = self.run_dirs(trial).values()
+        trial.set_user_attr("env_steps", sum(trained_env_steps(run_dir) for run_dir in runs))
+        trial.set_user_attr("train_seconds", sum(training_seconds(run_dir) for run_dir in runs))
 
     def finish(self, trial) -> None:
         import optuna
@@ -502,6 +514,9 @@ def study_rows(tune: str) -> list[dict]:
             "failed": len(trials) - len(complete) - len(pruned),
             "unfinished": sum(t.state == optuna.trial.TrialState.RUNNING for t in study.trials),
             "env_steps": sum(int(t.user_attrs.get("env_steps", 0)) for t in trials),
+            # training time on one core per process, of the trials that recorded it (studies before it was: none)
+            "cpu_hours": sum(float(t.user_attrs.get("train_seconds", 0.0)) for t in trials) / 3600,
+            "timed_trials": sum("train_seconds" in t.user_attrs for t in trials),
             "default_auc": defaults[0].value if defaults else math.nan,
             "best_auc": best.value if best else math.nan, "best_trial": best.number if best else None,
             "best_params": best.params if best else {}, "study": study,
@@ -522,14 +537,18 @@ def report(tune: str, out: Path) -> None:
              f"{base.get('tasks')} x tuning seeds {base.get('seeds')}, {base.get('total_steps')} env steps per run. "
              f"Trial 0 of every study is the preset's values before tuning ('default'). `unfinished`: trials "
              f"started and not finished (a resumed study runs them again); `env steps`: trained by the finished "
-             f"trials, over all their runs.", "",
-             "| preset | trials (pruned, failed) | unfinished | env steps | default | best | best trial | best values |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"trials, over all their runs; `CPU-hours`: their training processes' time on one core each "
+             f"(of the trials that recorded it, counted beside it when not all did).", "",
+             "| preset | trials (pruned, failed) | unfinished | env steps | CPU-hours | default | best | best trial | "
+             "best values |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         params = ", ".join(f"{k.split('.')[-1]}={yaml_scalar(v)}" for k, v in row["best_params"].items())
         spent = f"{row['env_steps']:,}" if row["env_steps"] else "-"  # (studies before it was recorded: -)
+        hours = "-" if not row["timed_trials"] else f"{row['cpu_hours']:.2f}" + (
+            f" ({row['timed_trials']} of {row['trials']} trials)" if row["timed_trials"] < row["trials"] else "")
         lines.append(f"| {row['preset']} | {row['trials']} ({row['pruned']}, {row['failed']}) | {row['unfinished']} | "
-                     f"{spent} | "
+                     f"{spent} | {hours} | "
                      f"{row['default_auc']:.4f} | {row['best_auc']:.4f} | {row['best_trial']} | {params} |")
     for row in rows:
         if row["pruned"]:

@@ -198,6 +198,7 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
         runs = [tmp_path / "runs" / f"trial{trial.number:03d}" / "CartPole" / f"seed{seed}" for seed in (1000, 1001)]
         trained = [json.loads((run / "summary.json").read_text())["env_steps"] for run in runs]
         assert trial.user_attrs["env_steps"] == sum(trained)
+        assert trial.user_attrs["train_seconds"] > 0  # the processes' time, shared out among the seeds they trained
         if trial.state == optuna.trial.TrialState.PRUNED:  # stopped at a rung: 512 or 1024 steps per seed
             assert set(trained) < {512, 1024} and max(trial.intermediate_values) == trained[0]
         else:

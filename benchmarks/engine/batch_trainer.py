@@ -616,7 +616,9 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             for iteration in range(start_iteration, num_iterations + 1):
                 if pause_requested(cfg, (iteration - 1) * steps_per_iteration, iteration - 1, num_iterations):
                     # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
+                    # wall_time_s: this process's seconds so far, every segment of the run (a study's CPU time)
                     paused = [{**run.summary_base("paused"), "total_steps": cfg.total_steps, "batched": batched_info,
+                               "wall_time_s": time.perf_counter() - run.start_time,
                                "config": run.config} for run in runs if run.active]
                     for summary, run in zip(paused, [run for run in runs if run.active]):
                         write_json_atomic(run.run_dir / "summary.json", summary)
