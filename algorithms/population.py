@@ -24,6 +24,10 @@ padding), and every mean in the loss terms is a mean over the mask (algorithms/c
 A variant that changes the loss (adds or replaces a term in loss_terms) gets all of this by writing its
 terms; one that keeps per-seed numbers its loss reads (PPO-KL's beta) declares them in `loss_inputs`, so
 that they enter the program as [S] tensors instead of Python constants.
+
+EagerPopulation, at the end, is the same interface for algo.backend=torch: each seed's own act, value and
+update run eagerly, seed by seed (the token tasks' language-model policies; runs that must equal
+torch.optim's own numbers).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The training loop every algorithm shares: collect -> algorithm.update -> log -> evaluate -> checkpoint.
+"""train(), and the pieces of the training loop every algorithm shares (collect -> update -> log -> evaluate ->
+checkpoint, written once in batch_trainer.py).
 
 The trainer never knows which algorithm it drives; the algorithm never
 touches envs, files or Hydra. Its pieces, each in its own module: the run's configuration (config.py),
