@@ -59,6 +59,21 @@ def test_a_native_child_of_a_portable_process_drops_the_inherited_pins():
 
 
 @requires_avx2
+def test_a_worker_that_loads_numpy_first_with_the_pins_inherited_runs_pinned_and_says_nothing():
+    """A launcher's worker (joblib's loky) imports numpy before the suite, but its environment already holds the
+    parent's pins: its kernels are pinned and nothing is said. Without them, the late pin is said."""
+    import os
+
+    probe = "import numpy; " + PROBE
+    inherited = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                               env={**os.environ, numerics.MODE_VARIABLE: "portable"})
+    assert json.loads(inherited.stdout)["torch"] == "AVX2" and "loaded before" not in inherited.stderr
+    bare = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env=numerics.environment_for("portable"))
+    assert "numerics: numpy loaded before the kernels were pinned; import benchmarks first" in bare.stderr
+
+
+@requires_avx2
 def test_a_variable_the_user_set_is_kept():
     assert kernels_in_child("portable", ATEN_CPU_CAPABILITY="default")["torch"] == "DEFAULT"
 
