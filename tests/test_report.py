@@ -19,7 +19,7 @@ def test_report_writes_tables_and_plots_and_regenerates_identically(make_config,
     for algo in ("ppo", "outer_ppo_lr"):
         for seed in (0, 1):
             cfg = make_config(["env=CartPole", f"algo={algo}", f"seed={seed}", "total_steps=2048",
-                               "eval.every_steps=1024", *QUIET])
+                               "eval.every_steps=1024", "algo.update_epochs=2", *QUIET])
             train(cfg, suite / "CartPole" / algo / f"seed{seed}")
     for out in ("a", "b"):
         report_main([str(suite), "--out", str(tmp_path / out)])
