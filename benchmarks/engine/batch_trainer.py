@@ -709,7 +709,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("evaluation", evaluation_time)
                 phases.add("logging and checkpoints", time.perf_counter() - now - evaluation_time)
                 env_steps = iteration * steps_per_iteration
-                interrupted = signals.received is not None  # read after the evaluations: one during them counts now
+                interrupted = signals.received is not None  # read after the evaluations: one that lands in them stops this iteration
                 pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
