@@ -69,9 +69,8 @@ def pin_kernels() -> str:
         SET_HERE.clear()
         return mode if mode == "native" else "native (no AVX2/FMA)"
     loaded = [name for name in ("numpy", "torch") if name in sys.modules]
-    # too late for the load-time switches, unless they were in the environment the process started with (a
-    # launcher's worker, such as joblib's, imports numpy first but inherits its parent's pins); the run's record
-    # shows what the libraries chose
+    # too late for the load-time switches, unless they are already in os.environ (a launcher's worker, such as
+    # joblib's, imports numpy first but inherits its parent's pins); the run's record shows what the libraries chose
     if loaded and any(variable not in os.environ for variable in PORTABLE_KERNELS):
         print(f"numerics: {' and '.join(loaded)} loaded before the kernels were pinned; import benchmarks first",
               file=sys.stderr)

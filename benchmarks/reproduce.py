@@ -140,7 +140,7 @@ class Reruns:
         """The directory of run_dir's rerun (training it, or its batch, on first use), its population program compiled
         or eager as the run's was (they round differently)."""
         summary = json.loads((run_dir / "summary.json").read_text())
-        if not summary.get("batched"):  # a stored run that predates the key: trained alone
+        if not summary.get("batched"):  # no `batched` key: a run trained alone, before every run went through the population loop
             return self.trained(run_dir, summary)
         program = summary["batched"].get("program", "compiled")  # runs that predate the key were compiled
         with mock.patch.dict(os.environ, {"POPULATION_COMPILE": "0" if program == "eager" else "1"}):

@@ -71,12 +71,14 @@ def trained_env_steps(run_dir: Path) -> int:
 
 
 def training_seconds(run_dir: Path) -> float:
-    """The process seconds a run has taken so far (its summary's wall_time_s, paused or complete), shared out among
-    the seeds trained together in that process: summed over a trial's runs, what the trial cost on one core each."""
+    """A run's training-loop wall time so far, over all its segments (its summary's wall_time_s: complete, paused,
+    interrupted or failed), shared out among the seeds trained together in its process: summed over a trial's runs,
+    what the trial cost on one core per process (0 for a run with no summary)."""
     from benchmarks.runs import read_summary
 
     summary = read_summary(run_dir)
-    together = (summary.get("batched") or {}).get("trained_together") or [summary.get("seed")]
+    batched = summary.get("batched") or {}
+    together = batched.get("trained_together") or batched.get("seeds") or [summary.get("seed")]
     return float(summary.get("wall_time_s") or 0.0) / len(together)
 
 

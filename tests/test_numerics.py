@@ -62,14 +62,14 @@ def test_a_native_child_of_a_portable_process_drops_the_inherited_pins():
 def test_a_worker_that_loads_numpy_first_with_the_pins_inherited_runs_pinned_and_says_nothing():
     """A launcher's worker (joblib's loky) imports numpy before the suite, but its environment already holds the
     parent's pins: its kernels are pinned and nothing is said. Without them, the late pin is said."""
-    import os
-
     probe = "import numpy; " + PROBE
+    unpinned = {k: v for k, v in numerics.environment_for("portable").items()
+                if k not in numerics.PORTABLE_KERNELS and k != numerics.PINNED_VARIABLE}
     inherited = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
-                               env={**os.environ, numerics.MODE_VARIABLE: "portable"})
+                               env={**unpinned, **numerics.PORTABLE_KERNELS})
     assert json.loads(inherited.stdout)["torch"] == "AVX2" and "loaded before" not in inherited.stderr
     bare = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
-                          env=numerics.environment_for("portable"))
+                          env=unpinned)
     assert "numerics: numpy loaded before the kernels were pinned; import benchmarks first" in bare.stderr
 
 

@@ -196,9 +196,12 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
     spent = 0
     for trial in study.trials:
         runs = [tmp_path / "runs" / f"trial{trial.number:03d}" / "CartPole" / f"seed{seed}" for seed in (1000, 1001)]
-        trained = [json.loads((run / "summary.json").read_text())["env_steps"] for run in runs]
+        summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+        trained = [summary["env_steps"] for summary in summaries]
         assert trial.user_attrs["env_steps"] == sum(trained)
-        assert trial.user_attrs["train_seconds"] > 0  # the processes' time, shared out among the seeds they trained
+        # the loop's wall time over every segment (a pruned run's last paused summary), shared by the two seeds
+        assert trial.user_attrs["train_seconds"] == pytest.approx(sum(s["wall_time_s"] for s in summaries) / 2)
+        assert trial.user_attrs["train_seconds"] > 0
         if trial.state == optuna.trial.TrialState.PRUNED:  # stopped at a rung: 512 or 1024 steps per seed
             assert set(trained) < {512, 1024} and max(trial.intermediate_values) == trained[0]
         else:

@@ -277,8 +277,12 @@ class SeedRun:
                                         {**self.logger.sizes(), "episodes.csv": self.episodes_log.size()}), self.run_dir)
 
     def summary_base(self, status: str) -> dict:
+        """What every summary says (complete, paused, interrupted, failed): wall_time_s is the run's training-loop
+        wall time over all its segments so far (start_time is set back by the earlier ones): a study's CPU time."""
+        started = getattr(self, "start_time", None)  # None: stopped before its loop started
         return {"status": status, "env": self.cfg.env.name, "algo": self.cfg.algo.name, "seed": self.cfg.seed,
-                "env_steps": self.env_steps, "resumed_at_env_steps": self.resumed_at}
+                "env_steps": self.env_steps, "resumed_at_env_steps": self.resumed_at,
+                **({"wall_time_s": time.perf_counter() - started} if started is not None else {})}
 
     def close(self) -> None:
         for closing in (getattr(self, "logger", None), getattr(self, "episodes_log", None), self.envs, self.evaluator):
@@ -616,9 +620,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             for iteration in range(start_iteration, num_iterations + 1):
                 if pause_requested(cfg, (iteration - 1) * steps_per_iteration, iteration - 1, num_iterations):
                     # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
-                    # wall_time_s: this process's seconds so far, every segment of the run (a study's CPU time)
                     paused = [{**run.summary_base("paused"), "total_steps": cfg.total_steps, "batched": batched_info,
-                               "wall_time_s": time.perf_counter() - run.start_time,
                                "config": run.config} for run in runs if run.active]
                     for summary, run in zip(paused, [run for run in runs if run.active]):
                         write_json_atomic(run.run_dir / "summary.json", summary)
@@ -709,7 +711,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("evaluation", evaluation_time)
                 phases.add("logging and checkpoints", time.perf_counter() - now - evaluation_time)
                 env_steps = iteration * steps_per_iteration
-                interrupted = signals.received is not None  # read after the evaluations: one that lands in them stops this iteration
+                interrupted = signals.received is not None  # after the evaluations: one during them acts now
                 pausing = pause_requested(cfg, env_steps, iteration, num_iterations)
                 if cfg.logging.checkpoint and (env_steps >= next_checkpoint_at or interrupted or pausing
                                                or iteration == num_iterations):
