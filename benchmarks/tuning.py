@@ -448,11 +448,12 @@ def used_study(config: dict) -> tuple[Path, Any] | None:
     """(database, optuna study) of the preset's study whose best values this run config used (study_provenance's
     rule); None if untuned. The study's best_trial.params names the keys it tuned."""
     family = {"classic_continuous": "classic"}.get(config["env"]["family"], config["env"]["family"])
-    for database in sorted((PROJECT_ROOT / "results" / "tuning").glob(f"{family}*.db")):
-        study = round_study(database, config)
-        if study is not None:
-            return database, study
-    return None
+    matches = [(database, study) for database in sorted((PROJECT_ROOT / "results" / "tuning").glob(f"{family}*.db"))
+               if (study := round_study(database, config)) is not None]
+    # A study whose best trial is still its first (trial 0: the values it started from, another round's) has tuned
+    # nothing yet: the round that found those values is the run's source.
+    tuned = [match for match in matches if not match[1].best_trial.user_attrs.get("defaults")]
+    return (tuned or matches)[0] if matches else None
 
 
 def budget_text(study) -> str:

@@ -147,6 +147,16 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
     # a second tuning round of the family (results/tuning/mujoco_300k.db) is found as well
     assert tuning.study_provenance(config(3e-4, 10))[0] == "1 trials x 2 tasks x 1 seed x 300k steps"
     assert tuning.study_provenance(config(3e-4, 40)) is None  # the rounds' values are not mixed
+    # a round whose study's best is still its trial 0 (the values it started from: the 300k round's) tuned nothing:
+    # a run with those values is the 300k round's, though "mujoco_1m" sorts first
+    started = optuna.create_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/results/tuning/mujoco_1m.db",
+                                  direction="maximize")
+    started.set_user_attr("base", {"tasks": ["HalfCheetah", "Hopper"], "seeds": [1000, 1001], "total_steps": 1000000})
+    dists = {"env.hparams.lr": optuna.distributions.CategoricalDistribution([3e-4])}
+    started.add_trial(optuna.trial.create_trial(params={"env.hparams.lr": 3e-4}, distributions=dists, value=0.3,
+                                                user_attrs={"defaults": True}))
+    monkeypatch.setattr(tuning, "_studies_cache", {})
+    assert tuning.study_provenance(config(3e-4, 10, algo="ppo"))[0] == "1 trials x 2 tasks x 1 seed x 300k steps"
 
 
 def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values():
