@@ -754,14 +754,14 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     for run in runs:
         if not run.active:
             continue
-        wall_time = time.perf_counter() - run.start_time
+        base = run.summary_base("complete")  # with wall_time_s, the loop's time over every segment
         summary = {
-            **run.summary_base("complete"),
+            **base,
             "iterations": num_iterations,
             "final_eval_return_mean": run.last_eval["eval_return_mean"] if run.last_eval else None,
             "final_eval_return_std": run.last_eval["eval_return_std"] if run.last_eval else None,
-            "wall_time_s": wall_time,
-            "sps": run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
+            # this seed's steps; the batch stepped len(seeds) times as many
+            "sps": run.env_steps / base["wall_time_s"],
             "phase_seconds": run.phases.seconds,  # the batch's: every seed shares its loop
             "batched": batched_info,
             "versions": versions(),
