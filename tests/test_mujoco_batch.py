@@ -67,8 +67,9 @@ def test_tasks_it_does_not_cover_and_a_lone_sub_env_keep_gymnasiums_step():
 def test_a_population_on_batched_physics_logs_what_it_logs_without_and_resumes_exactly(monkeypatch, tmp_path):
     monkeypatch.setenv("POPULATION_COMPILE", "0")  # the same loop and parts as compiled, without compile time
     overrides = ["env=Hopper", "algo=ppo", "algo.backend=compiled", "seeds=[0,1]", "env.num_envs=2",
-                 "env.num_steps=256", "total_steps=2048", "eval.every_steps=1024", "eval.episodes=2",
-                 "logging.progress_bar=false", "logging.tensorboard=false"]
+                 "env.num_steps=256", "env.hparams.update_epochs=2", "env.hparams.num_minibatches=2",
+                 "total_steps=1536", "eval.every_steps=1024", "eval.episodes=1", "logging.progress_bar=false",
+                 "logging.tensorboard=false"]
 
     def run(name: str, *extra: str) -> list:
         dirs = [tmp_path / name / f"seed{seed}" for seed in (0, 1)]
