@@ -301,21 +301,28 @@ class LockstepEnvs:
     semantics. The layers' own attributes are brought up to date before a checkpoint
     (`to_layers`) and read back after a resume (`from_layers`), so each seed's env state is
     saved and restored by benchmarks/engine/env_state.py exactly as a single-seed run's.
+
+    With batched physics (benchmarks/engine/mujoco_batch.py) the sub-envs' simulations live in
+    one mujoco.batch.Batch and TimeLimit's counts in `elapsed`: between checkpoints the sub-envs'
+    own MjData and counters are stale, and `to_layers` writes them back (the derived fields a
+    task reads only after its step, such as contact forces, are the batch's).
     """
 
     same_step_reset = False  # NEXT_STEP autoreset: the step after an episode's end is a reset step
     infos = None  # the sub-envs' step infos are not kept (make_vector_env drops them: DropStepInfo)
 
-    def __init__(self, vector_envs: list, batched_physics: bool = True):
+    def __init__(self, vector_envs: list, batched_physics: bool | None = None):
         self.vector_envs = vector_envs
         self.sub_envs = [self.layer(envs, gym.vector.SyncVectorEnv).envs for envs in vector_envs]
         space = vector_envs[0].single_action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         count, num_envs = len(vector_envs), len(self.sub_envs[0])
-        # the MuJoCo locomotion tasks step every sub-env's physics in one call (benchmarks/engine/mujoco_batch.py);
-        # a lone sub-env gains nothing from it (Gymnasium's own step measured 10% faster there)
-        self.physics = (BatchedLocomotion(self.sub_envs) if batched_physics and count * num_envs > 1
-                        and batchable(self.sub_envs) else None)
+        # the MuJoCo locomotion tasks step every sub-env's physics in one call (benchmarks/engine/mujoco_batch.py),
+        # by default from 4 sub-envs on: below that it gains nothing (results/tables/batched_physics.md);
+        # batched_physics True / False: whenever the task allows / never (the tests and that benchmark)
+        if batched_physics is None:
+            batched_physics = count * num_envs >= 4
+        self.physics = BatchedLocomotion(self.sub_envs) if batched_physics and batchable(self.sub_envs) else None
         if self.physics is not None:
             self.time_limits = [[time_limit(env) for env in row] for row in self.sub_envs]
         self.rewards = np.zeros((count, num_envs))
@@ -406,7 +413,7 @@ class LockstepEnvs:
         stepping = active[:, None] & ~self.autoreset
         if stepping.all():  # the common case, without masks
             shape = stepping.shape
-            obs, rewards, terminated = self.physics.step(self.physics.rows, actions.reshape(stepping.size, -1))
+            obs, rewards, terminated = self.physics.step(None, actions.reshape(stepping.size, -1))
             self.raw_obs[...], self.rewards[...], self.terminated[...] = obs.reshape(self.raw_obs.shape), \
                 rewards.reshape(shape), terminated.reshape(shape)
             self.elapsed += 1

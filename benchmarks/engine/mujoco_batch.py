@@ -19,6 +19,7 @@ Humanoid read contact forces (`mj_rnePostConstraint`), others positions derived 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -55,10 +56,14 @@ _NEUTRAL_WRAPPERS = (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wr
 
 
 def batchable(sub_envs: list[list[gym.Env]]) -> bool:
-    """Whether every sub-env is one supported task, of one class, under only the neutral wrappers, with a TimeLimit."""
+    """Whether every sub-env is one supported task, of one class and one set of arguments, under only the neutral
+    wrappers, with a TimeLimit, and this MuJoCo has mujoco.batch (3.17 on)."""
+    if importlib.util.find_spec("mujoco.batch") is None:
+        return False
     tasks = _tasks()
-    kinds = set()
+    kinds, arguments = set(), set()
     for env in (env for row in sub_envs for env in row):
+        arguments.add(repr(sorted((env.spec.kwargs if env.spec is not None else {}).items())))
         layer = env
         while isinstance(layer, gym.Wrapper):
             if type(layer) not in _NEUTRAL_WRAPPERS:
@@ -67,7 +72,7 @@ def batchable(sub_envs: list[list[gym.Env]]) -> bool:
         kinds.add(type(layer))
         if time_limit(env) is None:
             return False
-    return len(kinds) == 1 and next(iter(kinds)) in tasks
+    return len(kinds) == 1 and next(iter(kinds)) in tasks and len(arguments) == 1
 
 
 def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
@@ -85,7 +90,6 @@ class BatchedLocomotion:
     def __init__(self, sub_envs: list[list[gym.Env]], threads: int = 1):
         import mujoco.batch
 
-        self.sub_envs = sub_envs
         self.tasks = [env.unwrapped for row in sub_envs for env in row]
         task = self.tasks[0]
         self.rule = _tasks()[type(task)]
@@ -97,11 +101,9 @@ class BatchedLocomotion:
         # the integration state (mjSTATE_INTEGRATION's fields) as live [rows, ...] views; ctrl is among them
         self.state = {name: self.batch.bind(name) for name in INTEGRATION_STATE if self.batch.bind(name).size > 0}
         self.qpos, self.qvel, self.ctrl = self.state["qpos"], self.state["qvel"], self.state["ctrl"]
-        self.rows = np.arange(len(self.tasks))  # every row: step() takes this very array as "all"
-        self.load(self.rows)
 
     def load(self, rows) -> None:
-        """Copy sub-envs' MjData state into their rows (after a reset or a resume)."""
+        """Copy sub-envs' MjData state into their rows (after a reset, and when the env layer starts or resumes)."""
         for row in rows:
             data = self.tasks[row].data
             for name, view in self.state.items():
@@ -112,13 +114,13 @@ class BatchedLocomotion:
         for row, task in enumerate(self.tasks):
             self.batch.get_data(row, data=task.data)
 
-    def step(self, rows: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Step the given rows with their (clipped) actions [len(rows), action_dim]: observations, rewards and
+    def step(self, rows: np.ndarray | None, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step the given rows (None: all) with their (clipped) actions [rows, action_dim]: observations, rewards and
         terminations of those rows, as each sub-env's own step() returns them. MuJoCo's instability warnings
         reach the suite's handler (benchmarks/engine/envs.py) and the simulation resets itself, as in mj_step."""
-        every_row = rows is self.rows
+        every_row = rows is None
         x_before = self.qpos[:, 0].copy() if every_row else self.qpos[rows, 0]
-        if every_row:  # the common case, without indexing (the batch's call is a few microseconds)
+        if every_row:  # the common case, without indexing
             self.ctrl[:] = actions
             self.batch.step(nstep=self.frame_skip)
             qpos, qvel = self.qpos, self.qvel
@@ -133,7 +135,7 @@ class BatchedLocomotion:
         forward_reward = self.forward_weight * x_velocity
         ctrl_cost = self.ctrl_weight * np.sum(np.square(actions), axis=1)
         if self.rule.health is None:
-            return observations, forward_reward - ctrl_cost, np.zeros(len(rows), dtype=bool)
+            return observations, forward_reward - ctrl_cost, np.zeros(len(observations), dtype=bool)
         healthy = self.healthy(qpos, qvel)
         task = self.tasks[0]
         rewards = forward_reward + healthy * task._healthy_reward
