@@ -54,8 +54,8 @@ from benchmarks.engine.checkpoint import (
 from benchmarks.engine.config import task_kwargs, task_network
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable, time_limit
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable, time_limit
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
 from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
 from benchmarks.engine.trainer import (
@@ -412,10 +412,9 @@ class LockstepEnvs:
             self.rewards[resetting], self.terminated[resetting], self.truncated[resetting] = 0.0, False, False
         stepping = active[:, None] & ~self.autoreset
         if stepping.all():  # the common case, without masks
-            shape = stepping.shape
             obs, rewards, terminated = self.physics.step(None, actions.reshape(stepping.size, -1))
-            self.raw_obs[...], self.rewards[...], self.terminated[...] = obs.reshape(self.raw_obs.shape), \
-                rewards.reshape(shape), terminated.reshape(shape)
+            self.raw_obs[...] = obs.reshape(self.raw_obs.shape)
+            self.rewards[...], self.terminated[...] = rewards.reshape(stepping.shape), terminated.reshape(stepping.shape)
             self.elapsed += 1
             np.greater_equal(self.elapsed, self.max_steps, out=self.truncated)
         elif stepping.any():
