@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import benchmarks  # noqa: F401, I001  (first: it pins numpy's and torch's kernels before they load)
 import pandas as pd
 import pytest
 
