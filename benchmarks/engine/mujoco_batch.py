@@ -64,13 +64,14 @@ def batchable(sub_envs: list[list[gym.Env]]) -> bool:
     kinds, arguments = set(), set()
     for env in (env for row in sub_envs for env in row):
         arguments.add(repr(sorted((env.spec.kwargs if env.spec is not None else {}).items())))
-        layer = env
+        layer, limited = env, False
         while isinstance(layer, gym.Wrapper):
             if type(layer) not in _NEUTRAL_WRAPPERS:
                 return False
+            limited |= isinstance(layer, gym.wrappers.TimeLimit)
             layer = layer.env
         kinds.add(type(layer))
-        if time_limit(env) is None:
+        if not limited:
             return False
     return len(kinds) == 1 and next(iter(kinds)) in tasks and len(arguments) == 1
 
@@ -91,7 +92,7 @@ class BatchedLocomotion:
         import mujoco.batch
 
         self.tasks = [env.unwrapped for row in sub_envs for env in row]
-        task = self.tasks[0]
+        self.task = task = self.tasks[0]  # every row's arguments (batchable checked they are one set)
         self.rule = _tasks()[type(task)]
         self.frame_skip, self.dt = task.frame_skip, task.dt
         self.forward_weight, self.ctrl_weight = task._forward_reward_weight, task._ctrl_cost_weight
@@ -137,14 +138,13 @@ class BatchedLocomotion:
         if self.rule.health is None:
             return observations, forward_reward - ctrl_cost, np.zeros(len(observations), dtype=bool)
         healthy = self.healthy(qpos, qvel)
-        task = self.tasks[0]
-        rewards = forward_reward + healthy * task._healthy_reward
-        terminated = ~healthy & bool(task._terminate_when_unhealthy)
+        rewards = forward_reward + healthy * self.task._healthy_reward
+        terminated = ~healthy & bool(self.task._terminate_when_unhealthy)
         return observations, rewards - ctrl_cost, terminated
 
     def healthy(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
         """Hopper's and Walker2d's is_healthy, per row."""
-        task = self.tasks[0]
+        task = self.task
         (min_z, max_z), (min_angle, max_angle) = task._healthy_z_range, task._healthy_angle_range
         z, angle = qpos[:, 1], qpos[:, 2]
         healthy = (min_z < z) & (z < max_z) & (min_angle < angle) & (angle < max_angle)
