@@ -1,15 +1,30 @@
-"""Gzip the bulky per-run CSVs of complete runs, so that results/ stays small enough to commit.
+"""Store the logs of a suite's complete runs in one Parquet file, so that results/ stays small enough to commit.
 
-    python -m benchmarks.pack [ROOT ...]      (default: results/runs)
+    python -m benchmarks.pack [SUITE ...]            (default: every suite under results/runs)
+    python -m benchmarks.pack --unpack SUITE ...     (the CSVs back into each run's directory)
 
-`train.csv` (one row of ~25 diagnostics per iteration) and `episodes.csv` (one
-row per training episode) are most of a run's bytes; gzip shrinks them about
-4x. Each becomes `<name>.gz` (mtime 0, so the same CSV always packs to the same
-bytes) and the plain file is removed. Every reader in the suite
-(`benchmarks.engine.logger.read_csv_complete_rows`) opens the packed form when the
-plain one is absent, so reports are unchanged. Only runs whose summary.json says
-`complete` are packed: a running or interrupted run keeps appending to - and
-resuming from byte offsets in - its plain CSVs.
+A run writes `train.csv` (one row of ~25 diagnostics per iteration), `eval.csv`
+and `episodes.csv` (one row per training episode). Packing a suite moves the
+three logs of each of its complete runs into `SUITE/logs/train.parquet`,
+`eval.parquet` and `episodes.parquet`: one table per log with a `run` column
+(the run's directory below SUITE), zstd-compressed, floats stored
+byte-stream-split - about half the bytes of the same CSVs gzipped. Every number is kept exactly: what is stored is
+what pandas reads from the CSV (its columns, their order and dtypes, each value
+bit for bit), checked by reading the file back before any CSV is removed.
+Every reader in the suite (`benchmarks.engine.logger.read_csv_complete_rows`)
+falls back to the nearest `logs/` folder above a run when its CSVs are absent,
+so reports, claims, the regression check and `benchmarks.reproduce` read packed
+and plain runs alike.
+
+Only runs whose summary.json says `complete` are packed: a running or
+interrupted run keeps appending to - and resuming from byte offsets in - its
+plain CSVs. summary.json stays in each run's directory (it is how runs are
+found and what a suite skips). A run packed earlier and trained again keeps
+its new CSVs, which readers prefer; packing again replaces its stored rows.
+Runs packed by an earlier version of this command as `<name>.csv.gz` are read
+and moved into the suite's file alike. `--unpack` writes every run's CSVs back
+(the same numbers, read back exactly) and removes the suite's `logs/`: for
+editing logs by hand, or copying single runs out of a suite.
 
 `.hydra/hydra.yaml` of a complete run is removed too: Hydra's own runtime
 settings (launcher, logging, paths of this machine), 4 KB a run, read by nothing
@@ -20,50 +35,201 @@ its command line in `.hydra/overrides.yaml`.
 from __future__ import annotations
 
 import argparse
-import gzip
+import json
 from pathlib import Path
 
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.runs import existing_directory, read_summary
 
-PACKED_LOGS = ("train.csv", "episodes.csv")
+PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
+SUITE_LOGS = "logs"  # SUITE/logs/<log>.parquet, e.g. logs/train.parquet for the runs' train.csv
+# In the file's schema: {"columns": [[[column, dtype], ...], ...], "runs": {run: index into columns}}: what each
+# stored CSV held (runs of one preset share one list).
+METADATA_KEY = b"benchmarks.pack"
 
 
-def pack_run(run_dir: Path) -> int:
-    """Pack one complete run's logs; returns the bytes saved (0 when already packed or not complete)."""
-    if read_summary(run_dir)["status"] != "complete":
-        return 0
+def packed_file(suite_dir: Path, name: str) -> Path:
+    return suite_dir / SUITE_LOGS / name.replace(".csv", ".parquet")
+
+
+def complete_runs(suite_dir: Path) -> list[Path]:
+    return sorted(summary.parent for summary in suite_dir.rglob("summary.json")
+                  if ".hydra" not in summary.parts and read_summary(summary.parent)["status"] == "complete")
+
+
+def unpacked_files(run_dir: Path, name: str) -> list[Path]:
+    """The files holding one log of a run outside the suite's Parquet file: plain CSV and/or its gzip."""
+    return [path for path in (run_dir / name, run_dir / (name + ".gz")) if path.exists()]
+
+
+def pack_suite(suite_dir: Path) -> tuple[int, int]:
+    """Move the logs of every complete run under suite_dir into suite_dir/logs/<log>.parquet.
+    Returns (runs packed now, bytes saved)."""
     saved = 0
+    packed_runs: set[str] = set()
     for name in PACKED_LOGS:
-        plain = run_dir / name
-        if not plain.exists():
+        target = packed_file(suite_dir, name)
+        logs = dict(read_suite_log(target)) if target.exists() else {}
+        moved: list[Path] = []
+        for run_dir in complete_runs(suite_dir):
+            files = unpacked_files(run_dir, name)
+            if files:
+                run = run_dir.relative_to(suite_dir).as_posix()
+                logs[run] = read_csv_complete_rows(run_dir / name)  # the plain file when both exist
+                moved += files
+                packed_runs.add(run)
+        if not moved:
             continue
-        data = plain.read_bytes()
-        packed = gzip.compress(data, compresslevel=9, mtime=0)
-        assert gzip.decompress(packed) == data
-        tmp = run_dir / (name + ".gz.tmp")
-        tmp.write_bytes(packed)
-        tmp.replace(run_dir / (name + ".gz"))
-        plain.unlink()
-        saved += len(data) - len(packed)
-    hydra_runtime = run_dir / ".hydra" / "hydra.yaml"
-    if hydra_runtime.exists():
-        saved += hydra_runtime.stat().st_size
-        hydra_runtime.unlink()
-    return saved
+        before = (target.stat().st_size if target.exists() else 0) + sum(path.stat().st_size for path in moved)
+        write_suite_log(target, logs)
+        for path in moved:
+            path.unlink()
+        saved += before - target.stat().st_size
+    for run_dir in complete_runs(suite_dir):
+        hydra_runtime = run_dir / ".hydra" / "hydra.yaml"
+        if hydra_runtime.exists():
+            saved += hydra_runtime.stat().st_size
+            hydra_runtime.unlink()
+    return len(packed_runs), saved
+
+
+def write_suite_log(target: Path, logs: dict) -> None:
+    """One Parquet table of every run's frame of one log, written to a temp file, read back and compared frame by
+    frame with what was given (exactly: columns, dtypes, every value), then renamed into place."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    runs = sorted(logs)
+    kinds: dict[str, set] = {}
+    for run in runs:
+        for column, dtype in logs[run].dtypes.items():
+            kinds.setdefault(column, set()).add("text" if dtype == object or pd.api.types.is_string_dtype(dtype)
+                                                else "number")
+    mixed = sorted(column for column, kind in kinds.items() if len(kind) > 1)
+    if mixed:
+        raise ValueError(f"{target.parent.parent}: column {mixed[0]!r} of {target.stem}.csv holds text in one run and "
+                         f"numbers in another; that log was not packed (its runs keep their CSVs)")
+    table = pa.Table.from_pandas(pd.concat([logs[run].assign(run=run) for run in runs], ignore_index=True)[
+        ["run", *kinds]], preserve_index=False)
+    layouts = {run: [[column, str(dtype)] for column, dtype in logs[run].dtypes.items()] for run in runs}
+    distinct = sorted({json.dumps(layout) for layout in layouts.values()})
+    described = {"columns": [json.loads(layout) for layout in distinct],
+                 "runs": {run: distinct.index(json.dumps(layout)) for run, layout in layouts.items()}}
+    # Only this file's own description in the schema (not pandas' metadata, which names the pandas version): the
+    # same logs always pack to the same bytes under one pyarrow version.
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(described, sort_keys=True).encode()})
+    floats = [field.name for field in table.schema if pa.types.is_floating(field.type)]
+    target.parent.mkdir(exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=19, use_dictionary=["run"],
+                   use_byte_stream_split=floats or False)
+    try:
+        stored = read_suite_log(tmp)
+        assert sorted(stored) == runs, "runs lost in packing"
+        for run in runs:
+            pd.testing.assert_frame_equal(stored[run], logs[run], check_exact=True)
+    except AssertionError as error:
+        tmp.unlink()
+        raise RuntimeError(f"{target}: the packed log does not read back as written ({error}); nothing was packed")
+    tmp.replace(target)
+
+
+def read_suite_log(path: Path) -> dict:
+    """run -> the DataFrame pandas read from that run's CSV when it was packed."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    described = json.loads(table.schema.metadata[METADATA_KEY])
+    everything = table.replace_schema_metadata(None).to_pandas()
+    logs = {}
+    for run, rows in everything.groupby("run", sort=False, observed=True):
+        columns = described["columns"][described["runs"][run]]
+        frame = rows[[column for column, _ in columns]].reset_index(drop=True)
+        logs[run] = frame.astype({column: dtype for column, dtype in columns})
+    return logs
+
+
+_suite_cache: dict[Path, tuple[tuple[int, int], dict]] = {}
+
+
+def read_packed_log(path: Path):
+    """The DataFrame of run_dir/<name>.csv from the nearest suite above run_dir whose packed log holds the run
+    (FileNotFoundError naming the CSV when none does). A suite's file is read once per process and change."""
+    path = Path(path).absolute()
+    for suite_dir in path.parent.parents:
+        packed = packed_file(suite_dir, path.name)
+        if not packed.is_file():
+            continue
+        stat = packed.stat()
+        signature = (stat.st_mtime_ns, stat.st_size)
+        if packed not in _suite_cache or _suite_cache[packed][0] != signature:
+            _suite_cache[packed] = (signature, read_suite_log(packed))
+        frame = _suite_cache[packed][1].get(path.parent.relative_to(suite_dir).as_posix())
+        if frame is not None:
+            return frame.copy()
+    raise FileNotFoundError(f"{path}: no such file, and no packed log of a suite above it holds it")
+
+
+def unpack_suite(suite_dir: Path) -> int:
+    """Write every packed run's logs back as CSVs in its directory (a run whose CSV exists keeps it), each read back
+    and compared exactly with its packed rows, then remove suite_dir/logs. Returns the runs written."""
+    import csv
+
+    import pandas as pd
+
+    from benchmarks.engine.logger import format_value
+
+    written: set[str] = set()
+    for name in PACKED_LOGS:
+        if not packed_file(suite_dir, name).exists():
+            continue
+        for run, frame in read_suite_log(packed_file(suite_dir, name)).items():
+            run_dir = suite_dir / run
+            if not run_dir.is_dir() or unpacked_files(run_dir, name):
+                continue
+            tmp = run_dir / (name + ".tmp")
+            with open(tmp, "w", newline="") as file:
+                writer = csv.writer(file)
+                writer.writerow(frame.columns)
+                for row in frame.itertuples(index=False, name=None):  # as the trainer writes them: repr-exact floats
+                    writer.writerow([format_value(value.item() if hasattr(value, "item") else value) for value in row])
+            pd.testing.assert_frame_equal(read_csv_complete_rows(tmp), frame, check_exact=True)
+            tmp.replace(run_dir / name)
+            written.add(run)
+    folder = suite_dir / SUITE_LOGS
+    if folder.is_dir():
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+    return len(written)
+
+
+def default_suites() -> list[Path]:
+    return sorted(path for path in Path("results/runs").iterdir() if path.is_dir())
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
-    parser.add_argument("roots", nargs="*", type=existing_directory, default=[Path("results/runs")])
+    parser.add_argument("suites", nargs="*", type=existing_directory,
+                        help="suite directories (default: every directory under results/runs)")
+    parser.add_argument("--unpack", action="store_true", help="write the packed logs back as each run's CSVs")
     args = parser.parse_args(argv)
+    if args.unpack:
+        if not args.suites:
+            parser.error("--unpack needs the suite directories to unpack")
+        for suite_dir in args.suites:
+            print(f"{suite_dir}: {unpack_suite(suite_dir)} runs unpacked")
+        return
     runs = saved = 0
-    for root in args.roots:
-        for summary in sorted(root.rglob("summary.json")):
-            if ".hydra" in summary.parts:
-                continue
-            run_saved = pack_run(summary.parent)
-            runs += run_saved > 0
-            saved += run_saved
+    for suite_dir in args.suites or default_suites():
+        try:
+            suite_runs, suite_saved = pack_suite(suite_dir)
+        except ValueError as error:
+            print(f"not packed: {error}")
+            continue
+        runs += suite_runs
+        saved += suite_saved
     print(f"packed {runs} runs, {saved / 1e6:.1f} MB saved")
 
 

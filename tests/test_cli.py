@@ -172,7 +172,7 @@ def test_eval_lines_say_whose_they_are(tmp_path):
     ("reproduce", "{missing}", "argument run_dirs: {missing} does not exist"),
     ("reproduce", "{empty}", "argument run_dirs: {empty} is not a run directory (no summary.json) nor a suite "
                              "holding complete runs"),
-    ("pack", "{file}", "argument roots: {file} is not a directory"),
+    ("pack", "{file}", "argument suites: {file} is not a directory"),
     ("evaluate", "{missing}", "argument checkpoint: {missing} does not exist"),
 ])
 def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(command, argument, message, tmp_path):

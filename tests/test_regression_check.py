@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 import algorithms.hp3o
 import algorithms.ppo
 from algorithms.core import compute_gae
+from benchmarks.pack import main as pack_main
 from benchmarks.regression import compare
 from benchmarks.regression import main as regression_main
 from benchmarks.runs import load_runs
@@ -109,7 +110,8 @@ def test_command_exits_nonzero_on_a_missing_run(tmp_path, capsys):
     # A candidate with CartPole's runs only: every Pendulum (env, algo) is MISSING.
     import shutil
 
-    shutil.copytree(REFERENCE / "CartPole", tmp_path / "CartPole")
+    shutil.copytree(REFERENCE, tmp_path, dirs_exist_ok=True)  # with the suite's packed logs
+    shutil.rmtree(tmp_path / "Pendulum")
     assert regression_main(["--reference", str(REFERENCE), "--candidate", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     presets = len(ALGOS)  # each: 2 CartPole metric rows (ok) and 1 MISSING Pendulum row
@@ -180,6 +182,7 @@ def test_the_command_fails_when_one_cells_curves_lose_their_progress(tmp_path, c
 
     candidate = tmp_path / "candidate"
     shutil.copytree(REFERENCE, candidate)
+    pack_main(["--unpack", str(candidate)])  # the runs' CSVs, to edit
     for eval_csv in (candidate / "CartPole" / "ppo").rglob("eval.csv"):
         curve = pd.read_csv(eval_csv)
         curve["eval_return_mean"] = curve["eval_return_mean"].iloc[0]  # flat at the untrained policy's return

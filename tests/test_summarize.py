@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.summarize import train_column_means
 
 
@@ -29,5 +30,5 @@ def test_final_eval_columns_are_the_last_evaluations_mean_and_std_over_seeds():
 
     suite = ROOT / "results/runs/rlhf/RLHFArithmetic/ppo"
     row = final_eval_columns(load_runs(suite), ["eval_judge_mean", "no_such_column"]).iloc[0]
-    finals = np.array([pd.read_csv(suite / f"seed{seed}" / "eval.csv")["eval_judge_mean"].iloc[-1] for seed in range(5)])
+    finals = np.array([read_csv_complete_rows(suite / f"seed{seed}" / "eval.csv")["eval_judge_mean"].iloc[-1] for seed in range(5)])
     assert row["eval_judge_mean"] == f"{finals.mean():.2f} +- {finals.std():.2f}" and row["no_such_column"] is None

@@ -144,21 +144,26 @@ def flatten(node: dict, prefix: str = "") -> dict:
 def read_csv_complete_rows(path: Path):
     """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write).
 
-    Reads `<name>.gz` instead when only the packed form exists.
+    A committed run's logs are packed (`python -m benchmarks.pack`): when the CSV is absent, its gzip
+    (`<name>.gz`) or else its rows in the nearest suite Parquet file above the run are read.
     """
     import io
 
     import pandas as pd
 
     path = Path(path)
-    packed = path.with_name(path.name + ".gz")
-    if not path.exists() and packed.exists():  # a committed run, packed by `python -m benchmarks.pack`
-        text = gzip.decompress(packed.read_bytes()).decode()
-    else:
+    gzipped = path.with_name(path.name + ".gz")
+    if path.exists():
         text = path.read_text()
+    elif gzipped.exists():
+        text = gzip.decompress(gzipped.read_bytes()).decode()
+    else:
+        from benchmarks.pack import read_packed_log
+
+        return read_packed_log(path)
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
-    return pd.read_csv(io.StringIO(text))
+    return pd.read_csv(io.StringIO(text), float_precision="round_trip")  # each float exactly as written (repr)
 
 
 class DiskFullError(RuntimeError):

@@ -1,0 +1,136 @@
+"""Packing a suite's logs into Parquet: every number read back exactly as pandas read the CSV, only complete runs
+moved, packing again adds and replaces, plain CSVs win over packed rows, and a log it cannot store is refused."""
+
+import gzip
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from benchmarks.engine.logger import CSVLog, read_csv_complete_rows
+from benchmarks.pack import main as pack_main
+from benchmarks.runs import load_runs
+
+LOGS = ("train.csv", "eval.csv", "episodes.csv")
+
+
+def write_run(run_dir, seed, status="complete", extra=None):
+    """A run directory as the trainer leaves it: summary.json and three CSVs written by the suite's own CSVLog."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({
+        "status": status, "env": "CartPole", "algo": "ppo", "seed": seed, "env_steps": 4096, "sps": 1000.0,
+        "config": {}}))
+    for name in LOGS:
+        log = CSVLog(run_dir / name)
+        for i in range(1, 5):
+            row = {"env_steps": 1024 * i, "iteration": i, "eval_return_mean": 0.1 * i + seed / 3,
+                   "episode_return": -(i ** 0.5) * 1e-7, "rollout_time": 0.0, "update_time": 1 / 7,
+                   "approx_kl": math.nan if i == 1 else 2.0 ** -30 * i, "ratio_max": math.inf,
+                   "lr": 3e-4, "episodes": i * 2 + seed}
+            row.update(extra or {})
+            log.write(row)
+        log.close()
+
+
+def read_all(run_dirs):
+    return {(run_dir, name): read_csv_complete_rows(run_dir / name) for run_dir in run_dirs for name in LOGS}
+
+
+def assert_same(before, after):
+    assert before.keys() == after.keys()
+    for key in before:
+        pd.testing.assert_frame_equal(after[key], before[key], check_exact=True)
+
+
+def test_packed_logs_read_back_exactly_and_only_complete_runs_move(tmp_path):
+    suite = tmp_path / "suite"
+    runs = [suite / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
+    for seed, run_dir in enumerate(runs):
+        write_run(run_dir, seed)
+    running = suite / "CartPole" / "ppo" / "seed2"
+    write_run(running, 2, status="interrupted")
+    before = read_all([*runs, running])
+    suite_runs_before = load_runs(suite)
+
+    pack_main([str(suite)])
+
+    for run_dir in runs:
+        assert sorted(p.name for p in run_dir.iterdir()) == ["summary.json"]
+    assert sorted(p.name for p in running.iterdir()) == ["episodes.csv", "eval.csv", "summary.json", "train.csv"]
+    assert_same(before, read_all([*runs, running]))
+    after = load_runs(suite)
+    assert [(r["seed"], r["dir"]) for r in after] == [(r["seed"], r["dir"]) for r in suite_runs_before]
+    for old, new in zip(suite_runs_before, after):
+        pd.testing.assert_frame_equal(new["eval"], old["eval"], check_exact=True)
+
+
+def test_packing_again_adds_new_runs_and_plain_csvs_win(tmp_path):
+    suite = tmp_path / "suite"
+    first = suite / "Pendulum" / "ppo" / "seed0"
+    write_run(first, 0)
+    pack_main([str(suite)])
+    packed_first = read_all([first])
+
+    second = suite / "Pendulum" / "ppo" / "seed1"
+    write_run(second, 1, extra={"outer_lr": 0.5, "outer_steps": 3})  # more columns: the table takes their union
+    expected_second = read_all([second])
+    pack_main([str(suite)])
+    assert_same({**packed_first, **expected_second}, read_all([first, second]))
+    assert "outer_lr" not in read_csv_complete_rows(first / "train.csv").columns
+
+    (first / "train.csv").write_text("env_steps,iteration\n8,1\n")  # the run trained again: its new CSV is read
+    assert read_csv_complete_rows(first / "train.csv").to_dict("list") == {"env_steps": [8], "iteration": [1]}
+    pack_main([str(suite)])  # and packing again replaces its stored rows
+    assert not (first / "train.csv").exists()
+    assert read_csv_complete_rows(first / "train.csv").to_dict("list") == {"env_steps": [8], "iteration": [1]}
+
+
+def test_runs_packed_as_gzip_move_into_the_suite_file(tmp_path):
+    suite = tmp_path / "suite"
+    run_dir = suite / "CartPole" / "ppo" / "seed0"
+    write_run(run_dir, 0)
+    before = read_all([run_dir])
+    for name in ("train.csv", "episodes.csv"):  # how an earlier version of the command left committed runs
+        (run_dir / (name + ".gz")).write_bytes(gzip.compress((run_dir / name).read_bytes(), mtime=0))
+        (run_dir / name).unlink()
+    pack_main([str(suite)])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["summary.json"]
+    assert_same(before, read_all([run_dir]))
+
+
+def test_text_and_numbers_in_one_column_are_refused_in_one_line(tmp_path, capsys):
+    suite = tmp_path / "suite"
+    write_run(suite / "a" / "seed0", 0, extra={"note": "fell"})
+    write_run(suite / "a" / "seed1", 1, extra={"note": 3.5})
+    pack_main([str(suite)])
+    out = capsys.readouterr().out
+    assert "column 'note' of train.csv holds text in one run and numbers in another; that log was not packed" in out
+    assert (suite / "a" / "seed0" / "train.csv").exists() and (suite / "a" / "seed1" / "train.csv").exists()
+
+
+def test_a_log_in_no_file_and_no_suite_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="seed0/train.csv: no such file, and no packed log"):
+        read_csv_complete_rows(tmp_path / "seed0" / "train.csv")
+
+
+def test_unpacking_writes_the_same_numbers_back_as_csvs(tmp_path):
+    suite = tmp_path / "suite"
+    runs = [suite / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
+    for seed, run_dir in enumerate(runs):
+        write_run(run_dir, seed, extra={"note": "text, with a comma"})
+    before = read_all(runs)
+    pack_main([str(suite)])
+    pack_main(["--unpack", str(suite)])
+    assert not (suite / "logs").exists()
+    assert sorted(p.name for p in runs[0].iterdir()) == ["episodes.csv", "eval.csv", "summary.json", "train.csv"]
+    for key, frame in before.items():  # read from the CSVs alone, not from a cache of the removed file
+        unpacked = pd.read_csv(key[0] / key[1], float_precision="round_trip")
+        pd.testing.assert_frame_equal(unpacked, frame, check_exact=True)
+
+
+def test_the_reader_parses_repr_floats_exactly(tmp_path):
+    """pandas' default float parser can be one unit in the last place off: what is packed and compared must be
+    the number the run computed."""
+    (tmp_path / "train.csv").write_text("x\n0.30000000000000004\n2.3976970769999757\n")
+    assert read_csv_complete_rows(tmp_path / "train.csv")["x"].tolist() == [0.30000000000000004, 2.3976970769999757]
