@@ -130,6 +130,13 @@ def override_value(value: Any) -> str:
     return str(value)
 
 
+def never_trained(trial) -> bool:
+    """A failed trial whose runs trained no env step."""
+    import optuna
+
+    return trial.state == optuna.trial.TrialState.FAIL and int(trial.user_attrs.get("env_steps", 0)) == 0
+
+
 def trial_dir(trial) -> str:
     return f"trial{trial.number:03d}"
 
@@ -202,7 +209,10 @@ class TuningStudy:
                       if t.state == optuna.trial.TrialState.RUNNING]
 
     def finished(self) -> int:
-        return sum(t.state.is_finished() for t in self.study.trials)  # complete, pruned or failed
+        """Trials that count towards n_trials: complete, pruned, or failed after training. A trial whose jobs were
+        refused before their first env step (a config error, not its values: see refuse_untrained_batch) cost
+        nothing and is kept in the study as failed, uncounted."""
+        return sum(t.state.is_finished() and not never_trained(t) for t in self.study.trials)
 
     def spent_env_steps(self) -> int:
         """Env steps the finished trials trained, over all their runs (pruned trials count what they ran)."""
@@ -302,6 +312,16 @@ class TuningStudy:
         self.study.tell(trial, value)
         print(f"trial {trial.number}: normalised AUC {value:.4f} "
               f"({', '.join(f'{k} {v:.3f}' for k, v in scores.items())}) with {trial.params}")
+
+    def refuse_untrained_batch(self, batch: list) -> None:
+        """Stop the command when no trial of a batch trained a single env step: their jobs were refused (a config
+        error, or code changed under a running study), and each new trial would fail the same way at once."""
+        stored = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+        if batch and all(never_trained(stored[trial.number]) for trial in batch):
+            problem = (stored[batch[0].number].user_attrs.get("failed_runs") or ["no run started"])[0]
+            raise SystemExit(f"error: no trial of the batch ({', '.join(str(t.number) for t in batch)}) trained an "
+                             f"env step: their jobs were refused ({problem}); see the jobs' output above, fix it "
+                             f"and rerun the same command to go on with the study")
 
     def log_summary(self) -> None:
         import optuna

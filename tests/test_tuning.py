@@ -70,6 +70,22 @@ def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
     assert f"trial {stale.number}: normalised AUC" in result.stdout
 
 
+def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(tmp_path):
+    """Values its jobs refuse before the first env step (here a search space of negative learning rates): the
+    command stops after that batch in one line, instead of asking trial after trial that fails at once, and the
+    refused trials are kept as failed but do not count towards n_trials."""
+    command = tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.enqueue_defaults=false",
+                           "hydra.sweeper.search_spaces.ppo={env.hparams.lr:{low:-2.0,high:-1.0,log:false}}")
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    assert "error: no trial of the batch (0, 1) trained an env step: their jobs were refused" in result.stderr
+    assert "algo.lr must be a number > 0" in result.stderr
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert [t.user_attrs["env_steps"] for t in study.trials] == [0, 0]
+    assert tuning.TuningStudy.finished(type("Study", (), {"study": study})()) == 0
+
+
 @pytest.mark.slow
 def test_a_study_refuses_another_baseline_and_sweep_overrides(tmp_path):
     first = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, capture_output=True,

@@ -46,6 +46,8 @@ BAD_CONFIGS = [
     (["eval.episodes=0"], "eval.episodes must be an integer in [1, 10000], got 0"),
     (["eval.every_steps=-5"], "eval.every_steps must be an integer >= 1, got -5"),
     (["torch_threads=0"], "torch_threads must be an integer >= 1, got 0"),
+    (["batched_physics=auto"], "batched_physics must be null (from 4 sub-envs on), true (whenever the task allows) "
+                               "or false (Gymnasium's step), got 'auto'"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
@@ -170,7 +172,8 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
     # a run stored before algo.backend, Outer-PPO's inner loop and batches existed ran torch, PPO's loop, one seed
     stored = {"seed": 3, "env": {"name": "CartPole"}, "algo": {"name": "outer_ppo_lr", "lr": 1e-3}}
     # (and no pause, and an outer step set by its lr: sigma_eff null)
-    assert with_later_keys(stored) == {"seed": 3, "seeds": None, "pause_at_steps": None, "env": {"name": "CartPole"},
+    assert with_later_keys(stored) == {"seed": 3, "seeds": None, "pause_at_steps": None, "batched_physics": None,
+                                       "env": {"name": "CartPole"},
                                        "algo": {"name": "outer_ppo_lr", "lr": 1e-3, "backend": "torch",
                                                 "inner_loop": "ppo", "inner_epochs": 4,
                                                 "outer_optimizer": {"sigma_eff": None}}}

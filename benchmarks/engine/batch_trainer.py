@@ -319,7 +319,7 @@ class LockstepEnvs:
         count, num_envs = len(vector_envs), len(self.sub_envs[0])
         # the MuJoCo locomotion tasks step every sub-env's physics in one call (benchmarks/engine/mujoco_batch.py),
         # by default from 4 sub-envs on: below that it gains nothing (results/tables/batched_physics.md);
-        # batched_physics True / False: whenever the task allows / never (the tests and that benchmark)
+        # batched_physics (conf/config.yaml) True / False: whenever the task allows / never
         if batched_physics is None:
             batched_physics = count * num_envs >= 4
         self.physics = BatchedLocomotion(self.sub_envs) if batched_physics and batchable(self.sub_envs) else None
@@ -653,7 +653,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         terminated_np, truncated_np, valid_np = (columns(t) for t in
                                                  (rollout.terminated, rollout.truncated, rollout.valid))
         if compiled:
-            envs, statistics = LockstepEnvs([run.envs for run in runs]), LockstepStatistics(runs)
+            envs = LockstepEnvs([run.envs for run in runs], batched_physics=cfg.get("batched_physics"))
+            statistics = LockstepStatistics(runs)
         else:
             envs, statistics = PerSeedEnvs([run.envs for run in runs], randoms), PerSeedStatistics(runs)
         kl_penalties = [run.kl_penalty for run in runs]

@@ -70,7 +70,8 @@ RETIRED_BACKENDS = {"numpy": "a hand-derived gradient of PPO's loss; autograd co
 
 def numbers_relevant(config: dict) -> dict:
     """The config without what cannot change a logged number: logging switches and score metadata."""
-    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps")}
+    config = {k: v for k, v in with_later_keys(config).items() if k not in ("logging", "restart", "pause_at_steps",
+                                                                                   "batched_physics")}
     # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
     config["env"] = {k: v for k, v in config["env"].items()
                      if k not in ("random_score", "reference_score", "hparams", "tuned")}

@@ -177,6 +177,8 @@ SEED_BATCH = Check(
 
 
 PAUSE_AT = Check(lambda v: v is None or (is_int(v) and v > 0), "null (train to total_steps) or an integer > 0")
+BATCHED_PHYSICS = Check(lambda v: v is None or isinstance(v, bool),
+                        "null (from 4 sub-envs on), true (whenever the task allows) or false (Gymnasium's step)")
 
 
 @dataclass
@@ -187,6 +189,7 @@ class RunConfig:
     restart: Flag
     total_steps: PositiveInt
     pause_at_steps: Annotated[int | None, PAUSE_AT, Before(None)]
+    batched_physics: Annotated[bool | None, BATCHED_PHYSICS, Before(None)]
     device: Annotated[str, one_of(["cpu"])]
     torch_threads: PositiveInt
     eval: EvalConfig

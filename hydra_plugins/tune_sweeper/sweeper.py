@@ -68,7 +68,7 @@ class TuneSweeper(Sweeper):
                             sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
         job_index = 0
         while True:
-            trials = study.next_trials()
+            trials = batch = study.next_trials()
             if not trials:
                 break
             # Rung by rung (one rung, the whole budget, without a pruner): the trials still in train to the rung's
@@ -86,4 +86,5 @@ class TuneSweeper(Sweeper):
                         study.finish(trial)
                 else:
                     trials = [trial for trial in trials if study.judge_at_rung(trial, rung)]
+            study.refuse_untrained_batch(batch)
         study.log_summary()
