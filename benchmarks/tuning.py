@@ -527,7 +527,7 @@ def study_rows(tune: str) -> list[dict]:
     rows = []
     for summary in optuna.get_all_study_summaries(storage=storage):
         study = load_study(storage, summary.study_name)
-        trials = [t for t in study.trials if t.state.is_finished()]
+        trials = [t for t in study.trials if t.state.is_finished() and not never_trained(t)]
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         defaults = [t for t in complete if t.user_attrs.get("defaults")]
         best = max(complete, key=lambda t: t.value) if complete else None
@@ -535,6 +535,7 @@ def study_rows(tune: str) -> list[dict]:
         rows.append({
             "preset": summary.study_name, "trials": len(trials), "pruned": len(pruned),
             "failed": len(trials) - len(complete) - len(pruned),
+            "refused": sum(never_trained(t) for t in study.trials),  # failed before their first env step: uncounted
             "unfinished": sum(t.state == optuna.trial.TrialState.RUNNING for t in study.trials),
             "env_steps": sum(int(t.user_attrs.get("env_steps", 0)) for t in trials),
             # training time on one core per process, of the trials that recorded it (studies before it was: none)
@@ -573,6 +574,10 @@ def report(tune: str, out: Path) -> None:
         lines.append(f"| {row['preset']} | {row['trials']} ({row['pruned']}, {row['failed']}) | {row['unfinished']} | "
                      f"{spent} | {hours} | "
                      f"{row['default_auc']:.4f} | {row['best_auc']:.4f} | {row['best_trial']} | {params} |")
+    refused = [f"{row['preset']} {row['refused']}" for row in rows if row["refused"]]
+    if refused:
+        lines += ["", f"Not counted above: trials whose every job was refused before its first env step (a config "
+                      f"error; they trained nothing and are kept in the study as failed): {', '.join(refused)}."]
     for row in rows:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]
@@ -592,7 +597,7 @@ def report(tune: str, out: Path) -> None:
 def trial_lines(study) -> list[str]:
     """Every finished trial of a pruned study: how far it trained and its objective there (a pruned trial's at the
     last rung it reached), with its values: what the search saw, not only where it ended."""
-    trials = [t for t in study.trials if t.state.is_finished()]
+    trials = [t for t in study.trials if t.state.is_finished() and not never_trained(t)]
     total = study.user_attrs.get("base", {}).get("total_steps", 0)  # what a trial that was never pruned trained
     keys = list(dict.fromkeys(key for t in trials for key in t.params))
     lines = [f"{study.study_name}: every finished trial (objective at the last env step it was judged at)", "",

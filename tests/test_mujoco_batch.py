@@ -125,3 +125,17 @@ def test_a_population_on_batched_physics_logs_what_it_logs_without_and_resumes_e
     for seed in (0, 1):
         assert_same_metrics(batched[seed], gymnasium[seed])
         assert_same_metrics(paused[seed], gymnasium[seed])
+
+
+def test_a_reset_row_counts_mujocos_warnings_afresh_as_its_sub_env_does():
+    """MuJoCo says an instability warning the first time it counts one in a simulation; Gymnasium's reset zeroes
+    the counts, so a reset row of the batch starts counting afresh too, and a checkpoint stores the counts."""
+    envs = lockstep("Hopper-v5", True)
+    physics = envs.physics
+    physics.warnings[0, :, 1] = 3  # row 0 warned earlier in its episode
+    physics.warnings[1, :, 1] = 2
+    envs.sub_envs[0][0].reset(seed=7)
+    physics.load([0])
+    assert (physics.warnings[0] == 0).all() and (physics.warnings[1, :, 1] == 2).all()
+    physics.store()
+    assert [warning.number for warning in physics.tasks[1].data.warning] == [2] * len(physics.tasks[1].data.warning)

@@ -102,13 +102,17 @@ class BatchedLocomotion:
         # the integration state (mjSTATE_INTEGRATION's fields) as live [rows, ...] views; ctrl is among them
         self.state = {name: self.batch.bind(name) for name in INTEGRATION_STATE if self.batch.bind(name).size > 0}
         self.qpos, self.qvel, self.ctrl = self.state["qpos"], self.state["qvel"], self.state["ctrl"]
+        # MuJoCo says an instability warning the first time it counts one; a reset (mj_resetData) zeroes the counts
+        self.warnings = self.batch.warning  # live [rows, mjNWARNING, (lastinfo, number)]
 
     def load(self, rows) -> None:
-        """Copy sub-envs' MjData state into their rows (after a reset, and when the env layer starts or resumes)."""
+        """Copy sub-envs' MjData state and warning counts into their rows (after a reset, and when the env layer
+        starts or resumes)."""
         for row in rows:
             data = self.tasks[row].data
             for name, view in self.state.items():
                 view[row] = getattr(data, name)
+            self.warnings[row] = [(warning.lastinfo, warning.number) for warning in data.warning]
 
     def store(self) -> None:
         """Write every row's whole MjData back into its sub-env (before a checkpoint reads them)."""
