@@ -37,8 +37,10 @@ def main(cfg: DictConfig) -> float | None:
 
             reason = "config error: " + "; ".join(str(error).splitlines())
             refuse_job(job_dir, reason)
-            if not (job_dir / "summary.json").exists():
-                write_json_atomic(job_dir / "summary.json", {"status": "failed", "error": reason})
+            for run_dir in refused_run_dirs(cfg, job_dir):
+                if not (run_dir / "summary.json").exists():
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": reason})
             return None
         remove_if_untouched(job_dir)
         sys.exit(2)
@@ -126,6 +128,19 @@ def disk_full(error: BaseException) -> DiskFullError | None:
         return DiskFullError(f"no space left on the device ({error.filename or 'a log or checkpoint'}): a resume "
                              f"starts from the last whole checkpoint; free space and rerun the same command")
     return None
+
+
+def refused_run_dirs(cfg: DictConfig, job_dir: Path) -> list[Path]:
+    """Where a refused job records its failure: each seed's run directory for a batch job (its job directory is no
+    run's), else the job's own directory."""
+    from benchmarks.engine.validate import SEED_BATCH
+
+    seeds = OmegaConf.to_container(cfg, resolve=False).get("seeds")
+    if seeds is None or not SEED_BATCH.test(seeds):
+        return [job_dir]
+    from benchmarks.engine.batch_trainer import seed_run_dirs
+
+    return seed_run_dirs(job_dir, seeds)
 
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:

@@ -26,9 +26,9 @@ and moved into the suite's file alike. `--unpack` writes every run's CSVs back
 (the same numbers, read back exactly) and removes the suite's `logs/`: for
 editing logs by hand, or copying single runs out of a suite.
 
-`.hydra/hydra.yaml` of a complete run is removed too: Hydra's own runtime
-settings (launcher, logging, paths of this machine), 4 KB a run, read by nothing
-here. What the run was stays: its config in summary.json and `.hydra/config.yaml`,
+Every `.hydra/hydra.yaml` under the suite is removed too: Hydra's own runtime
+settings (launcher, logging, paths of this machine), 4 KB a job, read by nothing
+here. What a run was stays: its config in summary.json and `.hydra/config.yaml`,
 its command line in `.hydra/overrides.yaml`.
 """
 
@@ -85,11 +85,9 @@ def pack_suite(suite_dir: Path) -> tuple[int, int]:
         for path in moved:
             path.unlink()
         saved += before - target.stat().st_size
-    for run_dir in complete_runs(suite_dir):
-        hydra_runtime = run_dir / ".hydra" / "hydra.yaml"
-        if hydra_runtime.exists():
-            saved += hydra_runtime.stat().st_size
-            hydra_runtime.unlink()
+    for hydra_runtime in suite_dir.rglob(".hydra/hydra.yaml"):
+        saved += hydra_runtime.stat().st_size
+        hydra_runtime.unlink()
     return len(packed_runs), saved
 
 

@@ -57,3 +57,26 @@ def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
     assert summary["status"] == "complete" and summary["resumed_at_env_steps"]
     iterations = pd.read_csv(tmp_path / "0" / "train.csv")["iteration"].tolist()
     assert iterations == list(range(1, 17)), "every iteration logged exactly once across the requeue"
+
+
+def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_path):
+    """A batch job's directory (seeds0-1) is no run's: a refused config is recorded in each seed's own directory,
+    so that the suite lists those seeds as failed and a corrected rerun leaves no failure behind."""
+    command = [sys.executable, str(ROOT / "run.py"), "-m", "env=CartPole", "seeds=[0,1]", "total_steps=512",
+               "env.num_steps=128", "eval.every_steps=256", "eval.episodes=1", "logging.tensorboard=false",
+               f"hydra.sweep.dir={tmp_path}"]
+    refused = subprocess.run([*command, "algo.lr=-1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "POPULATION_COMPILE": "0"})
+    assert refused.returncode == 1 and "config error: algo.lr must be a number > 0" in refused.stderr
+    seeds = [tmp_path / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
+    assert not (tmp_path / "CartPole" / "ppo" / "seeds0-1" / "summary.json").exists()
+    for run_dir in seeds:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary == {"status": "failed", "error": "config error: algo.lr must be a number > 0, got -1"}
+    fixed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "POPULATION_COMPILE": "0"})
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    from benchmarks.runs import load_runs
+
+    skipped = []
+    assert [run["seed"] for run in load_runs(tmp_path, skipped)] == [0, 1] and skipped == []
