@@ -29,16 +29,19 @@ def main(cfg: DictConfig) -> float | None:
             print(f"config error: {line}", file=sys.stderr)
         job_dir = Path(HydraConfig.get().runtime.output_dir)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # one bad job of a sweep: recorded as failed (in its job mark, and in a summary where there is none:
-            # never over an earlier run's), the others go on, and the sweep's end lists it and exits non-zero
+            # one bad job of a sweep: recorded as failed (in its job mark, and in a summary of each of its runs -
+            # a batch job's are its seeds' directories - where there is none or an earlier refusal's: never over
+            # an earlier run's), the others go on, and the sweep's end lists it and exits non-zero
             # (benchmarks/engine/hydra_callbacks.py)
-            from benchmarks.engine.hydra_callbacks import refuse_job
+            from benchmarks.engine.hydra_callbacks import job_run_dirs, refuse_job
             from benchmarks.engine.logger import write_json_atomic
+            from benchmarks.runs import read_summary
 
             reason = "config error: " + "; ".join(str(error).splitlines())
             refuse_job(job_dir, reason)
-            for run_dir in refused_run_dirs(cfg, job_dir):
-                if not (run_dir / "summary.json").exists():
+            for run_dir in job_run_dirs(job_dir):
+                earlier = read_summary(run_dir)
+                if earlier["status"] == "partial" or earlier.get("error", "").startswith("config error: "):
                     run_dir.mkdir(parents=True, exist_ok=True)
                     write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": reason})
             return None
@@ -128,19 +131,6 @@ def disk_full(error: BaseException) -> DiskFullError | None:
         return DiskFullError(f"no space left on the device ({error.filename or 'a log or checkpoint'}): a resume "
                              f"starts from the last whole checkpoint; free space and rerun the same command")
     return None
-
-
-def refused_run_dirs(cfg: DictConfig, job_dir: Path) -> list[Path]:
-    """Where a refused job records its failure: each seed's run directory for a batch job (its job directory is no
-    run's), else the job's own directory."""
-    from benchmarks.engine.validate import SEED_BATCH
-
-    seeds = OmegaConf.to_container(cfg, resolve=False).get("seeds")
-    if seeds is None or not SEED_BATCH.test(seeds):
-        return [job_dir]
-    from benchmarks.engine.batch_trainer import seed_run_dirs
-
-    return seed_run_dirs(job_dir, seeds)
 
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:

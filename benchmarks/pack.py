@@ -1,4 +1,4 @@
-"""Store the logs of a suite's complete runs in one Parquet file, so that results/ stays small enough to commit.
+"""Store the logs of a suite's complete runs in Parquet tables, so that results/ stays small enough to commit.
 
     python -m benchmarks.pack [SUITE ...]            (default: every suite under results/runs)
     python -m benchmarks.pack --unpack SUITE ...     (the CSVs back into each run's directory)
@@ -10,7 +10,8 @@ three logs of each of its complete runs into `SUITE/logs/train.parquet`,
 (the run's directory below SUITE), zstd-compressed, floats stored
 byte-stream-split - about half the bytes of the same CSVs gzipped. Every number is kept exactly: what is stored is
 what pandas reads from the CSV (its columns, their order and dtypes, each value
-bit for bit), checked by reading the file back before any CSV is removed.
+bit for bit; an empty cell of a text column comes back as None), checked by
+reading the file back before any CSV is removed.
 Every reader in the suite (`benchmarks.engine.logger.read_csv_complete_rows`)
 falls back to the nearest `logs/` folder above a run when its CSVs are absent,
 so reports, claims, the regression check and `benchmarks.reproduce` read packed
@@ -62,25 +63,46 @@ def unpacked_files(run_dir: Path, name: str) -> list[Path]:
     return [path for path in (run_dir / name, run_dir / (name + ".gz")) if path.exists()]
 
 
+def packed_suites_around(suite_dir: Path) -> list[Path]:
+    """Packed suites that hold suite_dir or that it holds: a run's rows belong to one suite only."""
+    above = [parent for parent in suite_dir.absolute().parents if packed_file(parent, PACKED_LOGS[0]).is_file()]
+    below = [path.parent.parent for path in suite_dir.rglob(packed_file(Path(), PACKED_LOGS[0]).as_posix())
+             if path.parent.parent != suite_dir]
+    return above + below
+
+
 def pack_suite(suite_dir: Path) -> tuple[int, int]:
-    """Move the logs of every complete run under suite_dir into suite_dir/logs/<log>.parquet.
-    Returns (runs packed now, bytes saved)."""
+    """Move the logs of every complete run under suite_dir into suite_dir/logs/<log>.parquet; the rows of runs no
+    longer complete there (deleted, or started afresh) leave the table. Returns (runs packed now, bytes saved).
+    ValueError, naming the problem, for a directory that is no suite (a run's) or lies in or around a packed one."""
+    if (suite_dir / "summary.json").exists():
+        raise ValueError(f"{suite_dir} is a run's directory: pack the suite that holds it")
+    if nested := packed_suites_around(suite_dir):
+        raise ValueError(f"{suite_dir}: {nested[0]} is a packed suite in or around it; pack that one")
     saved = 0
     packed_runs: set[str] = set()
+    complete = {run_dir.relative_to(suite_dir).as_posix(): run_dir for run_dir in complete_runs(suite_dir)}
     for name in PACKED_LOGS:
         target = packed_file(suite_dir, name)
-        logs = dict(read_suite_log(target)) if target.exists() else {}
+        stored = dict(read_suite_log(target)) if target.exists() else {}
+        logs = {run: frame for run, frame in stored.items() if run in complete}
         moved: list[Path] = []
-        for run_dir in complete_runs(suite_dir):
+        for run, run_dir in complete.items():
             files = unpacked_files(run_dir, name)
             if files:
-                run = run_dir.relative_to(suite_dir).as_posix()
-                logs[run] = read_csv_complete_rows(run_dir / name)  # the plain file when both exist
+                try:
+                    logs[run] = read_csv_complete_rows(run_dir / name)  # the plain file when both exist
+                except Exception as error:  # an empty or damaged file: named, and nothing of this log is moved
+                    raise ValueError(f"{run_dir / name}: cannot be read ({type(error).__name__}: {error})") from None
                 moved += files
                 packed_runs.add(run)
-        if not moved:
+        if not moved and len(logs) == len(stored):
             continue
         before = (target.stat().st_size if target.exists() else 0) + sum(path.stat().st_size for path in moved)
+        if not logs:
+            target.unlink()
+            saved += before
+            continue
         write_suite_log(target, logs)
         for path in moved:
             path.unlink()
@@ -101,15 +123,21 @@ def write_suite_log(target: Path, logs: dict) -> None:
     runs = sorted(logs)
     kinds: dict[str, set] = {}
     for run in runs:
-        for column, dtype in logs[run].dtypes.items():
-            kinds.setdefault(column, set()).add("text" if dtype == object or pd.api.types.is_string_dtype(dtype)
-                                                else "number")
+        if "run" in logs[run].columns:
+            raise ValueError(f"{target.parent.parent / run}: its {target.stem}.csv has a column named 'run', the "
+                             f"name the packed table gives its runs; that log was not packed")
+        for column, values in logs[run].items():
+            kinds.setdefault(column, set())
+            if values.notna().any():  # an empty or all-missing column is neither text nor numbers
+                kinds[column].add("text" if values.dtype == object or pd.api.types.is_string_dtype(values.dtype)
+                                  else "number")
     mixed = sorted(column for column, kind in kinds.items() if len(kind) > 1)
     if mixed:
         raise ValueError(f"{target.parent.parent}: column {mixed[0]!r} of {target.stem}.csv holds text in one run and "
                          f"numbers in another; that log was not packed (its runs keep their CSVs)")
-    table = pa.Table.from_pandas(pd.concat([logs[run].assign(run=run) for run in runs], ignore_index=True)[
-        ["run", *kinds]], preserve_index=False)
+    rows = [logs[run].assign(run=run) for run in runs if len(logs[run])]  # a run without rows: its columns only
+    everything = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"run": pd.Series(dtype=str)})
+    table = pa.Table.from_pandas(everything.reindex(columns=["run", *kinds]), preserve_index=False)
     layouts = {run: [[column, str(dtype)] for column, dtype in logs[run].dtypes.items()] for run in runs}
     distinct = sorted({json.dumps(layout) for layout in layouts.values()})
     described = {"columns": [json.loads(layout) for layout in distinct],
@@ -140,15 +168,21 @@ def read_suite_log(path: Path) -> dict:
     table = pq.read_table(path)
     described = json.loads(table.schema.metadata[METADATA_KEY])
     everything = table.replace_schema_metadata(None).to_pandas()
+    import pandas as pd
+
+    groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
     logs = {}
-    for run, rows in everything.groupby("run", sort=False, observed=True):
-        columns = described["columns"][described["runs"][run]]
-        frame = rows[[column for column, _ in columns]].reset_index(drop=True)
+    for run, layout in described["runs"].items():
+        columns = described["columns"][layout]
+        if run in groups:
+            frame = groups[run][[column for column, _ in columns]].reset_index(drop=True)
+        else:  # a log with a header and no rows
+            frame = pd.DataFrame({column: pd.Series(dtype=object) for column, _ in columns})
         logs[run] = frame.astype({column: dtype for column, dtype in columns})
     return logs
 
 
-_suite_cache: dict[Path, tuple[tuple[int, int], dict]] = {}
+_suite_cache: dict[Path, tuple[tuple[int, int, int], dict]] = {}
 
 
 def read_packed_log(path: Path):
@@ -160,7 +194,7 @@ def read_packed_log(path: Path):
         if not packed.is_file():
             continue
         stat = packed.stat()
-        signature = (stat.st_mtime_ns, stat.st_size)
+        signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if packed not in _suite_cache or _suite_cache[packed][0] != signature:
             _suite_cache[packed] = (signature, read_suite_log(packed))
         frame = _suite_cache[packed][1].get(path.parent.relative_to(suite_dir).as_posix())
@@ -169,9 +203,10 @@ def read_packed_log(path: Path):
     raise FileNotFoundError(f"{path}: no such file, and no packed log of a suite above it holds it")
 
 
-def unpack_suite(suite_dir: Path) -> int:
+def unpack_suite(suite_dir: Path) -> tuple[int, list[str]]:
     """Write every packed run's logs back as CSVs in its directory (a run whose CSV exists keeps it), each read back
-    and compared exactly with its packed rows, then remove suite_dir/logs. Returns the runs written."""
+    and compared exactly with its packed rows, then remove the packed tables. Returns (runs written, the runs
+    whose directory is gone: their rows are dropped)."""
     import csv
 
     import pandas as pd
@@ -179,12 +214,16 @@ def unpack_suite(suite_dir: Path) -> int:
     from benchmarks.engine.logger import format_value
 
     written: set[str] = set()
+    gone: set[str] = set()
     for name in PACKED_LOGS:
         if not packed_file(suite_dir, name).exists():
             continue
         for run, frame in read_suite_log(packed_file(suite_dir, name)).items():
             run_dir = suite_dir / run
-            if not run_dir.is_dir() or unpacked_files(run_dir, name):
+            if not run_dir.is_dir():
+                gone.add(run)
+                continue
+            if unpacked_files(run_dir, name):
                 continue
             tmp = run_dir / (name + ".tmp")
             with open(tmp, "w", newline="") as file:
@@ -192,15 +231,15 @@ def unpack_suite(suite_dir: Path) -> int:
                 writer.writerow(frame.columns)
                 for row in frame.itertuples(index=False, name=None):  # as the trainer writes them: repr-exact floats
                     writer.writerow([format_value(value.item() if hasattr(value, "item") else value) for value in row])
-            pd.testing.assert_frame_equal(read_csv_complete_rows(tmp), frame, check_exact=True)
+            if len(frame):
+                pd.testing.assert_frame_equal(read_csv_complete_rows(tmp), frame, check_exact=True)
             tmp.replace(run_dir / name)
             written.add(run)
-    folder = suite_dir / SUITE_LOGS
-    if folder.is_dir():
-        for path in folder.iterdir():
-            path.unlink()
-        folder.rmdir()
-    return len(written)
+    for name in PACKED_LOGS:
+        packed_file(suite_dir, name).unlink(missing_ok=True)
+    if (suite_dir / SUITE_LOGS).is_dir() and not any((suite_dir / SUITE_LOGS).iterdir()):
+        (suite_dir / SUITE_LOGS).rmdir()
+    return len(written), sorted(gone)
 
 
 def default_suites() -> list[Path]:
@@ -217,13 +256,16 @@ def main(argv: list[str] | None = None) -> None:
         if not args.suites:
             parser.error("--unpack needs the suite directories to unpack")
         for suite_dir in args.suites:
-            print(f"{suite_dir}: {unpack_suite(suite_dir)} runs unpacked")
+            written, gone = unpack_suite(suite_dir)
+            print(f"{suite_dir}: {written} runs unpacked"
+                  + (f"; {len(gone)} packed runs have no directory any more, their rows dropped: {', '.join(gone)}"
+                     if gone else ""))
         return
     runs = saved = 0
     for suite_dir in args.suites or default_suites():
         try:
             suite_runs, suite_saved = pack_suite(suite_dir)
-        except ValueError as error:
+        except (ValueError, RuntimeError) as error:  # this suite (or one of its logs) stays as it was
             print(f"not packed: {error}")
             continue
         runs += suite_runs

@@ -192,13 +192,16 @@ class TuningStudy:
         stored = self.study.user_attrs.get("base")
         if stored is None:
             self.study.set_user_attr("base", base)
-            if enqueue_defaults and not self.study.trials:
-                self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
         elif json.dumps(stored, sort_keys=True) != json.dumps(base, sort_keys=True):
             changed = sorted(k for k in base if json.dumps(base[k], sort_keys=True) != json.dumps(stored.get(k),
                                                                                                  sort_keys=True))
             raise SystemExit(f"config error: study {study_name} in {storage} was started with other "
                              f"{', '.join(changed)}: give it another study_name or storage")
+        # The first trial is the preset's values before tuning; asked again if its jobs were refused (it trained
+        # nothing), never added to a study started without it.
+        asked = [t for t in self.study.trials if t.user_attrs.get("defaults")]
+        if enqueue_defaults and (not self.study.trials or asked and all(never_trained(t) for t in asked)):
+            self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
         # Trials left running by a killed tuning command are run again with their own values (their runs
         # resume from checkpoints). So one tuning command per study at a time: a second would take the
         # first's running trials for stale. Optuna offers no public handle on a stored running trial
@@ -209,9 +212,9 @@ class TuningStudy:
                       if t.state == optuna.trial.TrialState.RUNNING]
 
     def finished(self) -> int:
-        """Trials that count towards n_trials: complete, pruned, or failed after training. A trial whose jobs were
-        refused before their first env step (a config error, not its values: see refuse_untrained_batch) cost
-        nothing and is kept in the study as failed, uncounted."""
+        """Trials that count towards n_trials: complete, pruned, or failed after training. A trial whose runs failed
+        before their first env step (its jobs refused: see refuse_untrained_batch) cost nothing and is kept in the
+        study as failed, uncounted."""
         return sum(t.state.is_finished() and not never_trained(t) for t in self.study.trials)
 
     def spent_env_steps(self) -> int:
@@ -233,10 +236,12 @@ class TuningStudy:
         wanted = min(self.trials_per_batch, self.n_trials - self.finished())
         if wanted <= 0 or not self.budget_left():
             return []
-        # Seeded per batch from the number of finished trials: the same history asks the
-        # same values, whether or not the tuning command was killed and resumed in between.
+        # Seeded per batch from the number of finished trials (uncounted ones too, so that a batch after refused
+        # trials asks other values): the same history asks the same values, whether or not the tuning command was
+        # killed and resumed in between.
+        finished = sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
         self.study.sampler = optuna.samplers.TPESampler(
-            seed=self.sampler_seed + self.finished(), n_startup_trials=self.n_startup_trials, constant_liar=True,
+            seed=self.sampler_seed + finished, n_startup_trials=self.n_startup_trials, constant_liar=True,
             multivariate=True)
         return [self.study.ask(self.space) for _ in range(wanted)]
 
@@ -315,13 +320,15 @@ class TuningStudy:
 
     def refuse_untrained_batch(self, batch: list) -> None:
         """Stop the command when no trial of a batch trained a single env step: their jobs were refused (a config
-        error, or code changed under a running study), and each new trial would fail the same way at once."""
+        error, their values outside what the validator allows, or code changed under a running study), and new
+        trials would likely fail the same way at once."""
         stored = {t.number: t for t in self.study.get_trials(deepcopy=False)}
         if batch and all(never_trained(stored[trial.number]) for trial in batch):
             problem = (stored[batch[0].number].user_attrs.get("failed_runs") or ["no run started"])[0]
             raise SystemExit(f"error: no trial of the batch ({', '.join(str(t.number) for t in batch)}) trained an "
-                             f"env step: their jobs were refused ({problem}); see the jobs' output above, fix it "
-                             f"and rerun the same command to go on with the study")
+                             f"env step: their jobs were refused ({problem}); see the jobs' output above. Fix the "
+                             f"config and rerun the same command to go on with the study (refused trials are not "
+                             f"counted); values the search space itself makes invalid need a new study")
 
     def log_summary(self) -> None:
         import optuna
@@ -576,8 +583,8 @@ def report(tune: str, out: Path) -> None:
                      f"{row['default_auc']:.4f} | {row['best_auc']:.4f} | {row['best_trial']} | {params} |")
     refused = [f"{row['preset']} {row['refused']}" for row in rows if row["refused"]]
     if refused:
-        lines += ["", f"Not counted above: trials whose every job was refused before its first env step (a config "
-                      f"error; they trained nothing and are kept in the study as failed): {', '.join(refused)}."]
+        lines += ["", f"Not counted above: trials that failed before their first env step (their jobs refused: they "
+                      f"trained nothing and are kept in the study as failed): {', '.join(refused)}."]
     for row in rows:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]

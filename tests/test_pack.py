@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.engine.logger import CSVLog, read_csv_complete_rows
 from benchmarks.pack import main as pack_main
+from benchmarks.pack import read_suite_log
 from benchmarks.runs import load_runs
 
 LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -134,3 +135,37 @@ def test_the_reader_parses_repr_floats_exactly(tmp_path):
     the number the run computed."""
     (tmp_path / "train.csv").write_text("x\n0.30000000000000004\n2.3976970769999757\n")
     assert read_csv_complete_rows(tmp_path / "train.csv")["x"].tolist() == [0.30000000000000004, 2.3976970769999757]
+
+
+def test_a_run_directory_or_a_suite_in_a_packed_one_is_refused_in_one_line(tmp_path, capsys):
+    suite = tmp_path / "outer" / "inner"
+    write_run(suite / "seed0", 0)
+    pack_main([str(suite / "seed0")])  # a run's directory: its logs would lie where no reader looks
+    assert "seed0 is a run's directory: pack the suite that holds it" in capsys.readouterr().out
+    assert (suite / "seed0" / "train.csv").exists()
+    pack_main([str(suite)])
+    write_run(tmp_path / "outer" / "other" / "seed0", 0)
+    pack_main([str(tmp_path / "outer")])  # its rows would be shadowed by, or shadow, the inner suite's
+    assert "inner is a packed suite in or around it; pack that one" in capsys.readouterr().out
+    assert (tmp_path / "outer" / "other" / "seed0" / "train.csv").exists()
+
+
+def test_runs_without_rows_and_runs_gone_are_handled(tmp_path, capsys):
+    suite = tmp_path / "suite"
+    write_run(suite / "seed0", 0)
+    write_run(suite / "seed1", 1)
+    (suite / "seed1" / "episodes.csv").write_text("env_steps,episode_return,episode_length\n")  # no episode ended
+    before = read_all([suite / "seed0", suite / "seed1"])
+    pack_main([str(suite)])
+    assert "not packed" not in capsys.readouterr().out
+    assert_same(before, read_all([suite / "seed0", suite / "seed1"]))
+    assert list(read_csv_complete_rows(suite / "seed1" / "episodes.csv").columns) == [
+        "env_steps", "episode_return", "episode_length"]
+
+    import shutil
+
+    shutil.rmtree(suite / "seed0")  # a run deleted: packing again drops its rows
+    pack_main([str(suite)])
+    for name in LOGS:
+        assert sorted(read_suite_log(suite / "logs" / name.replace(".csv", ".parquet"))) == ["seed1"]
+    assert_same({k: v for k, v in before.items() if k[0].name == "seed1"}, read_all([suite / "seed1"]))

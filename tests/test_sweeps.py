@@ -73,6 +73,9 @@ def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_pa
     for run_dir in seeds:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary == {"status": "failed", "error": "config error: algo.lr must be a number > 0, got -1"}
+    subprocess.run([*command, "algo.lr=-2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    for run_dir in seeds:  # the latest refusal's reason, not the first's
+        assert json.loads((run_dir / "summary.json").read_text())["error"].endswith("got -2")
     fixed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                            env={**os.environ, "POPULATION_COMPILE": "0"})
     assert fixed.returncode == 0, fixed.stderr[-2000:]

@@ -83,7 +83,12 @@ def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(t
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
     assert [t.user_attrs["env_steps"] for t in study.trials] == [0, 0]
-    assert tuning.TuningStudy.finished(type("Study", (), {"study": study})()) == 0
+    assert all(tuning.never_trained(t) for t in study.trials)  # so neither counts towards n_trials
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert "error: no trial of the batch (2, 3) trained an env step" in again.stderr
+    study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
+    values = [t.params["env.hparams.lr"] for t in study.trials]
+    assert len(set(values)) == 4  # the rerun asked other values, not the refused ones again
 
 
 @pytest.mark.slow
