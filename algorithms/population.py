@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from algorithms.core import stepped_parameters
+from algorithms.ppo import sum_terms
 
 Params = dict[str, torch.Tensor]
 # The keys a minibatch of the population step carries: PPO's loss keys and the padding mask.
@@ -68,16 +69,8 @@ class LossModule(nn.Module):
         with algorithm.bound_loss_inputs(inputs):
             stats: dict[str, torch.Tensor] = {}
             terms = getattr(algorithm, self.loss)(getattr(algorithm, self.evaluate)(minibatch), minibatch, stats)
-            loss = sum_in_order(terms)
+            loss = sum_terms(terms)
         return loss, ({**stats, "loss": loss.detach()} if self.logs_loss else stats)
-
-
-def sum_in_order(terms: dict[str, torch.Tensor]) -> torch.Tensor:
-    values = iter(terms.values())
-    total = next(values)
-    for term in values:
-        total = total + term
-    return total
 
 
 def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -175,10 +175,9 @@ class PPO(Algorithm):
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-    def flatten_rollout(self, rollout: Rollout, gae: tuple[torch.Tensor, torch.Tensor] | None = None) -> Batch:
-        """GAE over the rollout (or the given (advantages, returns) of it), then keep only valid rows
-        (reset rows never reach a loss)."""
-        advantages, returns = gae if gae is not None else compute_gae(
+    def flatten_rollout(self, rollout: Rollout) -> Batch:
+        """GAE over the rollout, then keep only valid rows (reset rows never reach a loss)."""
+        advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.next_value, rollout.terminated,
             rollout.truncated, rollout.valid, self.cfg.gamma, self.cfg.gae_lambda,
         )
