@@ -163,13 +163,12 @@ def write_suite_log(target: Path, logs: dict) -> None:
 
 def read_suite_log(path: Path) -> dict:
     """run -> the DataFrame pandas read from that run's CSV when it was packed."""
+    import pandas as pd
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     described = json.loads(table.schema.metadata[METADATA_KEY])
     everything = table.replace_schema_metadata(None).to_pandas()
-    import pandas as pd
-
     groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
     logs = {}
     for run, layout in described["runs"].items():
