@@ -442,7 +442,7 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
     path = PROJECT_ROOT / sweeper["values_file"]
     study = load_study(storage, algo)
     best = study.best_trial
-    finished = sum(t.state.is_finished() for t in study.trials)
+    finished = sum(t.state.is_finished() and not never_trained(t) for t in study.trials)  # as the report counts
     provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
                   f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
                   f"--tune {tune} --algo {algo})")
