@@ -137,6 +137,12 @@ def never_trained(trial) -> bool:
     return trial.state == optuna.trial.TrialState.FAIL and int(trial.user_attrs.get("env_steps", 0)) == 0
 
 
+def counted(trial) -> bool:
+    """A trial that counts towards n_trials and in reports: finished (complete, pruned, failed) and not
+    never_trained."""
+    return trial.state.is_finished() and not never_trained(trial)
+
+
 def trial_dir(trial) -> str:
     return f"trial{trial.number:03d}"
 
@@ -215,7 +221,7 @@ class TuningStudy:
         """Trials that count towards n_trials: complete, pruned, or failed after training. A trial whose runs failed
         before their first env step (its jobs refused: see refuse_untrained_batch) cost nothing and is kept in the
         study as failed, uncounted."""
-        return sum(t.state.is_finished() and not never_trained(t) for t in self.study.trials)
+        return sum(counted(t) for t in self.study.trials)
 
     def spent_env_steps(self) -> int:
         """Env steps the finished trials trained, over all their runs (pruned trials count what they ran)."""
@@ -442,7 +448,7 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
     path = PROJECT_ROOT / sweeper["values_file"]
     study = load_study(storage, algo)
     best = study.best_trial
-    finished = sum(t.state.is_finished() and not never_trained(t) for t in study.trials)  # as the report counts
+    finished = sum(counted(t) for t in study.trials)  # as the report counts
     provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
                   f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
                   f"--tune {tune} --algo {algo})")
@@ -534,7 +540,7 @@ def study_rows(tune: str) -> list[dict]:
     rows = []
     for summary in optuna.get_all_study_summaries(storage=storage):
         study = load_study(storage, summary.study_name)
-        trials = [t for t in study.trials if t.state.is_finished() and not never_trained(t)]
+        trials = [t for t in study.trials if counted(t)]
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         defaults = [t for t in complete if t.user_attrs.get("defaults")]
         best = max(complete, key=lambda t: t.value) if complete else None
@@ -604,7 +610,7 @@ def report(tune: str, out: Path) -> None:
 def trial_lines(study) -> list[str]:
     """Every finished trial of a pruned study: how far it trained and its objective there (a pruned trial's at the
     last rung it reached), with its values: what the search saw, not only where it ended."""
-    trials = [t for t in study.trials if t.state.is_finished() and not never_trained(t)]
+    trials = [t for t in study.trials if counted(t)]
     total = study.user_attrs.get("base", {}).get("total_steps", 0)  # what a trial that was never pruned trained
     keys = list(dict.fromkeys(key for t in trials for key in t.params))
     lines = [f"{study.study_name}: every finished trial (objective at the last env step it was judged at)", "",
