@@ -2,6 +2,7 @@
 
     python -m benchmarks.pack [SUITE ...]            (default: every suite under results/runs)
     python -m benchmarks.pack --unpack SUITE ...     (the CSVs back into each run's directory)
+    python -m benchmarks.pack --repack [SUITE ...]   (every packed table written again in this version's form)
 
 A run writes `train.csv` (one row of ~25 diagnostics per iteration), `eval.csv`
 and `episodes.csv` (one row per training episode). Packing a suite moves the
@@ -11,7 +12,13 @@ three logs of each of its complete runs into `SUITE/logs/train.parquet`,
 byte-stream-split - about half the bytes of the same CSVs gzipped. Every number is kept exactly: what is stored is
 what pandas reads from the CSV (its columns, their order and dtypes, each value
 bit for bit; an empty cell of a text column comes back as None), checked by
-reading the file back before any CSV is removed.
+reading the file back before any CSV is removed. For size, the timing columns
+(wall_time, sps, rollout_time, update_time: seconds measured on a machine the
+run shared, which `benchmarks.reproduce` does not compare) are stored as
+float32, the precision every reader reads them at, plain CSV or packed; and
+train.csv's episode statistics (episode_return_mean, episode_return_std,
+episode_length_mean) are not stored where they recompute bit for bit from the
+run's episodes.csv, which holds every episode: reading recomputes them.
 Every reader in the suite (`benchmarks.engine.logger.read_csv_complete_rows`)
 falls back to the nearest `logs/` folder above a run when its CSVs are absent,
 so reports, claims, the regression check and `benchmarks.reproduce` read packed
@@ -39,7 +46,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.engine.logger import read_csv_complete_rows
+from benchmarks.engine.logger import TIMING_COLUMNS, episode_statistics, read_csv_complete_rows
 from benchmarks.runs import existing_directory, read_summary
 
 PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -47,6 +54,9 @@ SUITE_LOGS = "logs"  # SUITE/logs/<log>.parquet, e.g. logs/train.parquet for the
 # In the file's schema: {"columns": [[[column, dtype], ...], ...], "runs": {run: index into columns}}: what each
 # stored CSV held (runs of one preset share one list).
 METADATA_KEY = b"benchmarks.pack"
+# train.csv's summary of each iteration's episodes (benchmarks/engine/logger.py episode_statistics): recomputed from
+# episodes.csv on reading, where it recomputes exactly, rather than stored twice ({"derived": {run: columns}})
+EPISODE_STATISTICS = ("episode_return_mean", "episode_return_std", "episode_length_mean")
 
 
 def packed_file(suite_dir: Path, name: str) -> Path:
@@ -71,9 +81,10 @@ def packed_suites_around(suite_dir: Path) -> list[Path]:
     return above + below
 
 
-def pack_suite(suite_dir: Path) -> tuple[int, int]:
+def pack_suite(suite_dir: Path, repack: bool = False) -> tuple[int, int]:
     """Move the logs of every complete run under suite_dir into suite_dir/logs/<log>.parquet; the rows of runs no
-    longer complete there (deleted, or started afresh) leave the table. Returns (runs packed now, bytes saved).
+    longer complete there (deleted, or started afresh) leave the table; repack: every table is written again (in
+    this version's form) whether or not it changed. Returns (runs packed now, bytes saved).
     ValueError, naming the problem, for a directory that is no suite (a run's) or lies in or around a packed one."""
     if (suite_dir / "summary.json").exists():
         raise ValueError(f"{suite_dir} is a run's directory: pack the suite that holds it")
@@ -82,6 +93,7 @@ def pack_suite(suite_dir: Path) -> tuple[int, int]:
     saved = 0
     packed_runs: set[str] = set()
     complete = {run_dir.relative_to(suite_dir).as_posix(): run_dir for run_dir in complete_runs(suite_dir)}
+    gathered = {}  # log -> (every complete run's frame, the files it moves in, how many runs its table held)
     for name in PACKED_LOGS:
         target = packed_file(suite_dir, name)
         stored = dict(read_suite_log(target)) if target.exists() else {}
@@ -96,14 +108,19 @@ def pack_suite(suite_dir: Path) -> tuple[int, int]:
                     raise ValueError(f"{run_dir / name}: cannot be read ({type(error).__name__}: {error})") from None
                 moved += files
                 packed_runs.add(run)
-        if not moved and len(logs) == len(stored):
+        gathered[name] = (logs, moved, len(stored))
+    # episodes first: the train table's episode statistics are recomputed from it
+    for name in ("episodes.csv", "eval.csv", "train.csv"):
+        logs, moved, stored_runs = gathered[name]
+        target = packed_file(suite_dir, name)
+        if not moved and len(logs) == stored_runs and not repack:
             continue
         before = (target.stat().st_size if target.exists() else 0) + sum(path.stat().st_size for path in moved)
         if not logs:
             target.unlink()
             saved += before
             continue
-        write_suite_log(target, logs)
+        write_suite_log(target, logs, episodes=gathered["episodes.csv"][0] if name == "train.csv" else None)
         for path in moved:
             path.unlink()
         saved += before - target.stat().st_size
@@ -113,20 +130,24 @@ def pack_suite(suite_dir: Path) -> tuple[int, int]:
     return len(packed_runs), saved
 
 
-def write_suite_log(target: Path, logs: dict) -> None:
+def write_suite_log(target: Path, logs: dict, episodes: dict | None = None) -> None:
     """One Parquet table of every run's frame of one log, written to a temp file, read back and compared frame by
-    frame with what was given (exactly: columns, dtypes, every value), then renamed into place."""
+    frame with what was given (exactly: columns, dtypes, every value), then renamed into place. With `episodes` (the
+    train log's runs' episodes frames, in the table beside this one): a run's episode statistics that recompute
+    exactly from its episodes are not stored, but recomputed on reading."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     runs = sorted(logs)
+    derived = {run: list(EPISODE_STATISTICS) for run in runs
+               if episodes is not None and run in episodes and recomputes(logs[run], episodes[run])}
     kinds: dict[str, set] = {}
     for run in runs:
         if "run" in logs[run].columns:
             raise ValueError(f"{target.parent.parent / run}: its {target.stem}.csv has a column named 'run', the "
                              f"name the packed table gives its runs; that log was not packed")
-        for column, values in logs[run].items():
+        for column, values in logs[run].drop(columns=derived.get(run, [])).items():
             kinds.setdefault(column, set())
             if values.notna().any():  # an empty or all-missing column is neither text nor numbers
                 kinds[column].add("text" if values.dtype == object or pd.api.types.is_string_dtype(values.dtype)
@@ -135,13 +156,18 @@ def write_suite_log(target: Path, logs: dict) -> None:
     if mixed:
         raise ValueError(f"{target.parent.parent}: column {mixed[0]!r} of {target.stem}.csv holds text in one run and "
                          f"numbers in another; that log was not packed (its runs keep their CSVs)")
-    rows = [logs[run].assign(run=run) for run in runs if len(logs[run])]  # a run without rows: its columns only
+    rows = [logs[run].drop(columns=derived.get(run, [])).assign(run=run) for run in runs if len(logs[run])]
     everything = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"run": pd.Series(dtype=str)})
-    table = pa.Table.from_pandas(everything.reindex(columns=["run", *kinds]), preserve_index=False)
+    everything = everything.reindex(columns=["run", *kinds])
+    for column in TIMING_COLUMNS:  # read at float32 precision (read_csv_complete_rows): stored in half the bytes
+        if column in everything.columns and everything[column].dtype.kind == "f":
+            everything[column] = everything[column].astype("float32")
+    table = pa.Table.from_pandas(everything, preserve_index=False)
     layouts = {run: [[column, str(dtype)] for column, dtype in logs[run].dtypes.items()] for run in runs}
     distinct = sorted({json.dumps(layout) for layout in layouts.values()})
     described = {"columns": [json.loads(layout) for layout in distinct],
-                 "runs": {run: distinct.index(json.dumps(layout)) for run, layout in layouts.items()}}
+                 "runs": {run: distinct.index(json.dumps(layout)) for run, layout in layouts.items()},
+                 **({"derived": derived} if derived else {})}
     # Only this file's own description in the schema (not pandas' metadata, which names the pandas version): the
     # same logs always pack to the same bytes under one pyarrow version.
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(described, sort_keys=True).encode()})
@@ -161,6 +187,46 @@ def write_suite_log(target: Path, logs: dict) -> None:
     tmp.replace(target)
 
 
+def episode_statistics_from(train, episodes):
+    """A train log's episode statistics as the trainer computed them (episode_statistics of each iteration's
+    episodes: those logged at its env_steps), from the run's episodes log."""
+    import numpy as np
+    import pandas as pd
+
+    steps = episodes["env_steps"].to_numpy()
+    returns = np.ascontiguousarray(episodes["episode_return"].to_numpy(np.float64))
+    lengths = np.ascontiguousarray(episodes["episode_length"].to_numpy())
+    at = train["env_steps"].to_numpy()
+    starts, ends = np.searchsorted(steps, at, side="left"), np.searchsorted(steps, at, side="right")
+    return pd.DataFrame([episode_statistics(returns[a:b], lengths[a:b]) for a, b in zip(starts, ends)],
+                        columns=["episodes", *EPISODE_STATISTICS], index=train.index)
+
+
+def recomputes(train, episodes) -> bool:
+    """Whether a run's train log's episode statistics are exactly those recomputed from its episodes log: every
+    episode in one iteration's row, the counts equal, every value bit for bit."""
+    import numpy as np
+
+    needed = {"env_steps", "episodes", *EPISODE_STATISTICS}
+    if not needed <= set(train.columns) or not {"env_steps", "episode_return", "episode_length"} <= set(episodes):
+        return False
+    steps = episodes["env_steps"].to_numpy()
+    if len(train) == 0 or np.any(np.diff(steps) < 0) or not set(steps) <= set(train["env_steps"]):
+        return False
+    try:
+        again = episode_statistics_from(train, episodes)
+    except (TypeError, ValueError):
+        return False
+    if not (again["episodes"].to_numpy() == train["episodes"].to_numpy()).all():
+        return False
+    for column in EPISODE_STATISTICS:
+        stored, recomputed = (np.asarray(values, dtype=np.float64) for values in (train[column], again[column]))
+        canonical = [np.where(np.isnan(x), np.nan, x).tobytes() for x in (stored, recomputed)]
+        if train[column].dtype != np.float64 or canonical[0] != canonical[1]:
+            return False
+    return True
+
+
 def read_suite_log(path: Path) -> dict:
     """run -> the DataFrame pandas read from that run's CSV when it was packed."""
     import pandas as pd
@@ -170,11 +236,17 @@ def read_suite_log(path: Path) -> dict:
     described = json.loads(table.schema.metadata[METADATA_KEY])
     everything = table.replace_schema_metadata(None).to_pandas()
     groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
+    derived = described.get("derived", {})
+    episodes = read_suite_log(path.with_name("episodes.parquet")) if derived else {}
     logs = {}
     for run, layout in described["runs"].items():
         columns = described["columns"][layout]
         if run in groups:
-            frame = groups[run][[column for column, _ in columns]].reset_index(drop=True)
+            frame = groups[run][[column for column, _ in columns if column not in derived.get(run, ())]]
+            frame = frame.reset_index(drop=True)
+            if run in derived:  # the episode statistics the trainer logged, from the episodes it logged
+                frame = frame.join(episode_statistics_from(frame, episodes[run])[derived[run]])
+                frame = frame[[column for column, _ in columns]]
         else:  # a log with a header and no rows
             frame = pd.DataFrame({column: pd.Series(dtype=object) for column, _ in columns})
         logs[run] = frame.astype({column: dtype for column, dtype in columns})
@@ -250,6 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("suites", nargs="*", type=existing_directory,
                         help="suite directories (default: every directory under results/runs)")
     parser.add_argument("--unpack", action="store_true", help="write the packed logs back as each run's CSVs")
+    parser.add_argument("--repack", action="store_true",
+                        help="write every packed table again, changed or not (after a change of this command)")
     args = parser.parse_args(argv)
     if args.unpack:
         if not args.suites:
@@ -263,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = saved = 0
     for suite_dir in args.suites or default_suites():
         try:
-            suite_runs, suite_saved = pack_suite(suite_dir)
+            suite_runs, suite_saved = pack_suite(suite_dir, repack=args.repack)
         except (ValueError, RuntimeError) as error:  # this suite (or one of its logs) stays as it was
             print(f"not packed: {error}")
             continue

@@ -32,12 +32,11 @@ from omegaconf import OmegaConf
 from benchmarks import numerics
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_later_keys
-from benchmarks.engine.logger import read_csv_complete_rows
+from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
 from benchmarks.engine.trainer import train
 from benchmarks.runs import existing_directory, group_runs, load_runs
 
-TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 
 

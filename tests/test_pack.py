@@ -5,10 +5,11 @@ import gzip
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.engine.logger import CSVLog, read_csv_complete_rows
+from benchmarks.engine.logger import CSVLog, episode_statistics, read_csv_complete_rows
 from benchmarks.pack import main as pack_main
 from benchmarks.pack import read_suite_log
 from benchmarks.runs import load_runs
@@ -106,7 +107,7 @@ def test_text_and_numbers_in_one_column_are_refused_in_one_line(tmp_path, capsys
     write_run(suite / "a" / "seed1", 1, extra={"note": 3.5})
     pack_main([str(suite)])
     out = capsys.readouterr().out
-    assert "column 'note' of train.csv holds text in one run and numbers in another; that log was not packed" in out
+    assert "column 'note' of episodes.csv holds text in one run and numbers in another; that log was not packed" in out
     assert (suite / "a" / "seed0" / "train.csv").exists() and (suite / "a" / "seed1" / "train.csv").exists()
 
 
@@ -169,3 +170,62 @@ def test_runs_without_rows_and_runs_gone_are_handled(tmp_path, capsys):
     for name in LOGS:
         assert sorted(read_suite_log(suite / "logs" / name.replace(".csv", ".parquet"))) == ["seed1"]
     assert_same({k: v for k, v in before.items() if k[0].name == "seed1"}, read_all([suite / "seed1"]))
+
+
+def write_trained_run(run_dir, seed, returns_per_iteration):
+    """A run whose train.csv summarises each iteration's episodes as the trainer does (episode_statistics of the
+    episodes it logs at that iteration's env_steps into episodes.csv); an iteration may finish none."""
+    write_run(run_dir, seed)
+    rng = np.random.default_rng(seed)
+    for name in ("train.csv", "episodes.csv"):
+        (run_dir / name).unlink()
+    train, episodes = CSVLog(run_dir / "train.csv"), CSVLog(run_dir / "episodes.csv")
+    for iteration, count in enumerate(returns_per_iteration, start=1):
+        returns = list(rng.normal(1000.0, 300.0, count))  # sums that round differently in another order
+        lengths = [int(n) for n in rng.integers(1, 1000, count)]
+        for ret, length in zip(returns, lengths):
+            episodes.write({"env_steps": 2048 * iteration, "episode_return": ret, "episode_length": length})
+        train.write({"env_steps": 2048 * iteration, "iteration": iteration, "wall_time": iteration / 3,
+                     **episode_statistics(returns, lengths), "approx_kl": 0.01 / iteration})
+    train.close()
+    episodes.close()
+
+
+def test_episode_statistics_are_recomputed_from_the_episodes_not_stored_twice(tmp_path):
+    import pyarrow.parquet as pq
+
+    suite = tmp_path / "suite"
+    runs = [suite / "Hopper" / "ppo" / f"seed{seed}" for seed in (0, 1, 2)]
+    for seed, run_dir in enumerate(runs):
+        write_trained_run(run_dir, seed, [0, 7, 1, 12, 0, 3])
+    # seed2's train.csv was edited by hand: one mean one unit in the last place off; it keeps its own numbers
+    tampered = read_csv_complete_rows(runs[2] / "train.csv")
+    tampered.loc[1, "episode_return_mean"] = np.nextafter(tampered.loc[1, "episode_return_mean"], np.inf)
+    tampered.to_csv(runs[2] / "train.csv", index=False)
+    before = read_all(runs)
+    assert before[(runs[2], "train.csv")].loc[1, "episode_return_mean"] == tampered.loc[1, "episode_return_mean"]
+
+    pack_main([str(suite)])
+
+    table = pq.read_table(suite / "logs" / "train.parquet")
+    described = json.loads(table.schema.metadata[b"benchmarks.pack"])
+    episode_columns = ["episode_return_mean", "episode_return_std", "episode_length_mean"]
+    assert described["derived"] == {f"Hopper/ppo/seed{seed}": episode_columns for seed in (0, 1)}
+    stored = table.to_pandas()
+    assert stored.loc[stored["run"] != "Hopper/ppo/seed2", episode_columns].isna().all().all()
+    assert str(table.schema.field("wall_time").type) == "float"  # float32
+    assert_same(before, read_all(runs))
+
+    pack_main(["--unpack", str(suite)])
+    for run_dir in runs:
+        unpacked = pd.read_csv(run_dir / "train.csv", float_precision="round_trip")
+        pd.testing.assert_frame_equal(unpacked, before[(run_dir, "train.csv")], check_exact=True)
+
+
+def test_numpy_floats_are_logged_as_the_numbers_they_are(tmp_path):
+    """numpy's float64 is a float whose repr is 'np.float64(0.1)': a statistic a variant returns as one is logged
+    as the number, exactly, not as text."""
+    log = CSVLog(tmp_path / "train.csv")
+    log.write({"a": np.float64(0.1) + np.float64(0.2), "b": np.float64("inf"), "c": 0.5})
+    log.close()
+    assert (tmp_path / "train.csv").read_text() == "a,b,c\n0.30000000000000004,inf,0.5\n"

@@ -10,6 +10,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 
@@ -55,9 +56,10 @@ class CSVLog:
 
 
 def format_value(value):
-    # repr-exact floats: determinism tests compare CSVs across runs.
+    # repr-exact floats: determinism tests compare CSVs across runs. float(): numpy's float64 is a float whose repr
+    # is "np.float64(0.5)", which would log a number as text.
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)
+        return repr(float(value)) if math.isfinite(value) else str(float(value))
     return value
 
 
@@ -141,6 +143,30 @@ def flatten(node: dict, prefix: str = "") -> dict:
     return flat
 
 
+# The logs' columns that time the run: measurements of the machine it shared, not results. benchmarks.reproduce
+# compares every other column; they are read at float32 precision (7 significant digits), the precision
+# benchmarks.pack stores them at, so that a plain and a packed log read alike.
+TIMING_COLUMNS = ("wall_time", "sps", "rollout_time", "update_time")
+
+
+def at_timing_precision(frame):
+    """The frame with its timing columns rounded to float32 precision (kept as float64)."""
+    for column in TIMING_COLUMNS:
+        if column in frame.columns and frame[column].dtype.kind == "f":
+            frame[column] = frame[column].astype(np.float32).astype(np.float64)
+    return frame
+
+
+def episode_statistics(returns, lengths) -> dict:
+    """train.csv's summary of the episodes an iteration finished (NaN where it finished none). Written once:
+    benchmarks.pack recomputes these columns from episodes.csv, which holds each episode, instead of storing them
+    twice."""
+    return {"episodes": len(returns),
+            "episode_return_mean": float(np.mean(returns)) if len(returns) else float("nan"),
+            "episode_return_std": float(np.std(returns)) if len(returns) else float("nan"),
+            "episode_length_mean": float(np.mean(lengths)) if len(lengths) else float("nan")}
+
+
 def read_csv_complete_rows(path: Path):
     """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write).
 
@@ -163,7 +189,8 @@ def read_csv_complete_rows(path: Path):
         return read_packed_log(path)
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
-    return pd.read_csv(io.StringIO(text), float_precision="round_trip")  # each float exactly as written (repr)
+    # each float exactly as written (repr), the timings at the precision a packed log keeps
+    return at_timing_precision(pd.read_csv(io.StringIO(text), float_precision="round_trip"))
 
 
 class DiskFullError(RuntimeError):

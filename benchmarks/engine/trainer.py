@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from algorithms.core import ObservationNormalizer
 from benchmarks.engine.envs import make_vector_env
-from benchmarks.engine.logger import CSVLog, RunLogger
+from benchmarks.engine.logger import CSVLog, RunLogger, episode_statistics
 
 
 def seed_everything(seed: int) -> None:
@@ -185,10 +185,7 @@ def log_iteration(logger: RunLogger, episodes_log: CSVLog, stats: dict, env_step
         "sps": steps_per_iteration / (now - iteration_start),
         "rollout_time": update_start - iteration_start,
         "update_time": now - update_start,
-        "episodes": len(episode_returns),
-        "episode_return_mean": float(np.mean(episode_returns)) if episode_returns else float("nan"),
-        "episode_return_std": float(np.std(episode_returns)) if episode_returns else float("nan"),
-        "episode_length_mean": float(np.mean(episode_lengths)) if episode_lengths else float("nan"),
+        **episode_statistics(episode_returns, episode_lengths),
         **stats,
     })
 
