@@ -222,10 +222,13 @@ def test_episode_statistics_are_recomputed_from_the_episodes_not_stored_twice(tm
         pd.testing.assert_frame_equal(unpacked, before[(run_dir, "train.csv")], check_exact=True)
 
 
-def test_numpy_floats_are_logged_as_the_numbers_they_are(tmp_path):
-    """numpy's float64 is a float whose repr is 'np.float64(0.1)': a statistic a variant returns as one is logged
-    as the number, exactly, not as text."""
+def test_numpy_and_torch_scalars_are_logged_as_the_numbers_they_are(tmp_path):
+    """A statistic a variant returns as a numpy or torch scalar is logged as its number, exactly, not as its repr
+    ('np.float64(0.1)', 'tensor(0.5000)'), which would make the column text."""
+    import torch
+
     log = CSVLog(tmp_path / "train.csv")
-    log.write({"a": np.float64(0.1) + np.float64(0.2), "b": np.float64("inf"), "c": 0.5})
+    log.write({"a": np.float64(0.1) + np.float64(0.2), "b": np.float64("inf"), "c": torch.tensor(0.1),
+               "d": np.int64(3), "e": torch.tensor(7), "f": 0.5})
     log.close()
-    assert (tmp_path / "train.csv").read_text() == "a,b,c\n0.30000000000000004,inf,0.5\n"
+    assert (tmp_path / "train.csv").read_text() == "a,b,c,d,e,f\n0.30000000000000004,inf,0.10000000149011612,3,7,0.5\n"

@@ -56,10 +56,12 @@ class CSVLog:
 
 
 def format_value(value):
-    # repr-exact floats: determinism tests compare CSVs across runs. float(): numpy's float64 is a float whose repr
-    # is "np.float64(0.5)", which would log a number as text.
+    # repr-exact floats: determinism tests compare CSVs across runs. A numpy or torch scalar (a variant's statistic)
+    # is logged as its Python number: its own repr ("np.float64(0.5)", "tensor(0.5000)") would log it as text.
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        value = value.item()
     if isinstance(value, float):
-        return repr(float(value)) if math.isfinite(value) else str(float(value))
+        return repr(value) if math.isfinite(value) else str(value)
     return value
 
 
