@@ -490,11 +490,21 @@ def used_study(config: dict) -> tuple[Path, Any] | None:
 
 
 def budget_text(study) -> str:
-    """A study's tuning budget: trials x tasks x seeds x env steps per trial."""
+    """A study's tuning budget: trials x tasks x seeds x env steps per trial; a pruned study's trials are named
+    with how many stopped early and the env steps all of them trained (its budget is counted in env steps). Trials
+    that never trained (counted()) are not counted."""
+    import optuna
+
     base = study.user_attrs["base"]
-    trials = sum(t.state.is_finished() for t in study.trials)
-    return (f"{trials} trials x {len(base['tasks'])} tasks x {len(base['seeds'])} seed x "
-            f"{base['total_steps'] // 1000}k steps")
+    trials = [t for t in study.trials if counted(t)]
+    seeds = len(base["seeds"])
+    text = (f"{len(trials)} trial{'s' * (len(trials) != 1)} x {len(base['tasks'])} tasks x {seeds} "
+            f"seed{'s' * (seeds != 1)} x {base['total_steps'] // 1000}k steps")
+    pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+    if pruned:
+        spent = sum(int(t.user_attrs.get("env_steps", 0)) for t in trials)
+        text += f" at most ({pruned} pruned early; {spent / 1e6:.1f}M env steps trained in all)"
+    return text
 
 
 def round_study(database: Path, config: dict):

@@ -260,3 +260,26 @@ def test_a_pruned_studys_report_lists_every_trial_with_the_rung_it_reached():
     lines = trial_lines(study)
     assert lines[2] == "| trial | state | env steps per run | objective | sigma |"
     assert lines[4:] == ["| 0 | complete | 9,000 | 0.3000 | 0.5 |", "| 1 | pruned | 3,000 | 0.0500 | 2.0 |"]
+
+
+def test_a_studys_budget_counts_trials_that_trained_and_a_pruned_studys_env_steps():
+    """The claims table's header: trials x tasks x seeds x steps; a pruned study's trials pruned early and the env
+    steps all its trials trained; a trial refused before its first env step is not counted."""
+    import optuna
+
+    from benchmarks.tuning import budget_text
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("base", {"tasks": ["HalfCheetah", "Hopper"], "seeds": [1000, 1001], "total_steps": 1_000_000})
+    distributions = {"algo.sigma": optuna.distributions.FloatDistribution(0.1, 3.0, log=True)}
+    for state, value, steps in ((optuna.trial.TrialState.COMPLETE, 0.3, 4_000_000),
+                                (optuna.trial.TrialState.PRUNED, 0.1, 444_448),
+                                (optuna.trial.TrialState.FAIL, None, 0)):  # refused: trained nothing
+        study.add_trial(optuna.trial.create_trial(params={"algo.sigma": 0.5}, distributions=distributions,
+                                                  value=value, state=state, user_attrs={"env_steps": steps}))
+    assert budget_text(study) == ("2 trials x 2 tasks x 2 seeds x 1000k steps at most (1 pruned early; 4.4M env "
+                                  "steps trained in all)")
+    unpruned = optuna.create_study(direction="maximize")
+    unpruned.set_user_attr("base", {"tasks": ["CartPole", "Pendulum"], "seeds": [1000], "total_steps": 100_000})
+    unpruned.add_trial(optuna.trial.create_trial(params={"algo.sigma": 0.5}, distributions=distributions, value=0.3))
+    assert budget_text(unpruned) == "1 trial x 2 tasks x 1 seed x 100k steps"
