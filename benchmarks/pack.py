@@ -46,7 +46,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.engine.logger import TIMING_COLUMNS, episode_statistics, read_csv_complete_rows
+from benchmarks.engine.logger import TIMING_COLUMNS, at_timing_precision, episode_statistics, read_csv_complete_rows
 from benchmarks.runs import existing_directory, read_summary
 
 PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -109,32 +109,51 @@ def pack_suite(suite_dir: Path, repack: bool = False) -> tuple[int, int]:
                 moved += files
                 packed_runs.add(run)
         gathered[name] = (logs, moved, len(stored))
-    # episodes first: the train table's episode statistics are recomputed from it
-    for name in ("episodes.csv", "eval.csv", "train.csv"):
-        logs, moved, stored_runs = gathered[name]
-        target = packed_file(suite_dir, name)
-        if not moved and len(logs) == stored_runs and not repack:
-            continue
+    # The three tables change together or not at all: each is written to a temp file and read back (the train
+    # table's recomputed columns from the temp episodes table), and only when all three check are they renamed
+    # into place and their CSVs removed. The train table is written again whenever the episodes table is.
+    episode_logs, episode_files, episode_runs_stored = gathered["episodes.csv"]
+    episodes_changed = bool(episode_files) or len(episode_logs) != episode_runs_stored
+    written: list[tuple[Path, Path, list[Path]]] = []  # (temp file or None for a table left empty, target, moved)
+    try:
+        for name in ("episodes.csv", "eval.csv", "train.csv"):
+            logs, moved, stored_runs = gathered[name]
+            target = packed_file(suite_dir, name)
+            if not moved and len(logs) == stored_runs and not repack and not (name == "train.csv" and episodes_changed):
+                continue
+            if not logs:
+                written.append((None, target, moved))
+                continue
+            episodes_table = next((tmp for tmp, kept, _ in written if kept.name == "episodes.parquet"), None)
+            written.append((write_suite_log(target, logs, episodes=episode_logs if name == "train.csv" else None,
+                                            episodes_file=episodes_table), target, moved))
+    except BaseException:
+        for tmp, _, _ in written:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+        raise
+    for tmp, target, moved in written:
         before = (target.stat().st_size if target.exists() else 0) + sum(path.stat().st_size for path in moved)
-        if not logs:
-            target.unlink()
-            saved += before
-            continue
-        write_suite_log(target, logs, episodes=gathered["episodes.csv"][0] if name == "train.csv" else None)
+        if tmp is None:
+            target.unlink(missing_ok=True)
+        else:
+            tmp.replace(target)
         for path in moved:
             path.unlink()
-        saved += before - target.stat().st_size
+        saved += before - (target.stat().st_size if target.exists() else 0)
     for hydra_runtime in suite_dir.rglob(".hydra/hydra.yaml"):
         saved += hydra_runtime.stat().st_size
         hydra_runtime.unlink()
     return len(packed_runs), saved
 
 
-def write_suite_log(target: Path, logs: dict, episodes: dict | None = None) -> None:
-    """One Parquet table of every run's frame of one log, written to a temp file, read back and compared frame by
-    frame with what was given (exactly: columns, dtypes, every value), then renamed into place. With `episodes` (the
-    train log's runs' episodes frames, in the table beside this one): a run's episode statistics that recompute
-    exactly from its episodes are not stored, but recomputed on reading."""
+def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, episodes_file: Path | None = None) -> Path:
+    """One Parquet table of every run's frame of one log, written to a temp file beside target and read back and
+    compared frame by frame with what was given (exactly: columns, dtypes, every value); returns the temp file, for
+    the caller to rename into place (RuntimeError, the temp file removed, if it does not read back). With
+    `episodes` (the train log's runs' episodes frames, as stored in episodes_file, default the table beside
+    target): a run's episode statistics that recompute exactly from its episodes are not stored, but recomputed
+    on reading."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -177,14 +196,14 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None) -> N
     pq.write_table(table, tmp, compression="zstd", compression_level=19, use_dictionary=["run"],
                    use_byte_stream_split=floats or False)
     try:
-        stored = read_suite_log(tmp)
+        stored = read_suite_log(tmp, episodes_file)
         assert sorted(stored) == runs, "runs lost in packing"
         for run in runs:
             pd.testing.assert_frame_equal(stored[run], logs[run], check_exact=True)
     except AssertionError as error:
         tmp.unlink()
         raise RuntimeError(f"{target}: the packed log does not read back as written ({error}); nothing was packed")
-    tmp.replace(target)
+    return tmp
 
 
 def episode_statistics_from(train, episodes):
@@ -227,8 +246,11 @@ def recomputes(train, episodes) -> bool:
     return True
 
 
-def read_suite_log(path: Path) -> dict:
-    """run -> the DataFrame pandas read from that run's CSV when it was packed."""
+def read_suite_log(path: Path, episodes_file: Path | None = None) -> dict:
+    """run -> the DataFrame pandas read from that run's CSV when it was packed (its timing columns at float32
+    precision, as read_csv_complete_rows reads them); a train table's recomputed episode statistics from
+    episodes_file (default: the suite's episodes table beside it). ValueError naming a run whose episodes are
+    missing there."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -237,7 +259,11 @@ def read_suite_log(path: Path) -> dict:
     everything = table.replace_schema_metadata(None).to_pandas()
     groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
     derived = described.get("derived", {})
-    episodes = read_suite_log(path.with_name("episodes.parquet")) if derived else {}
+    episodes_file = episodes_file or path.with_name("episodes.parquet")
+    episodes = read_suite_log(episodes_file) if derived and episodes_file.is_file() else {}
+    if missing := sorted(set(derived) - set(episodes)):
+        raise ValueError(f"{path}: run {missing[0]}'s episode statistics are recomputed from {episodes_file.name}, "
+                         f"which does not hold its episodes; unpack or repack the suite from its runs' CSVs")
     logs = {}
     for run, layout in described["runs"].items():
         columns = described["columns"][layout]
@@ -249,11 +275,11 @@ def read_suite_log(path: Path) -> dict:
                 frame = frame[[column for column, _ in columns]]
         else:  # a log with a header and no rows
             frame = pd.DataFrame({column: pd.Series(dtype=object) for column, _ in columns})
-        logs[run] = frame.astype({column: dtype for column, dtype in columns})
+        logs[run] = at_timing_precision(frame.astype({column: dtype for column, dtype in columns}))
     return logs
 
 
-_suite_cache: dict[Path, tuple[tuple[int, int, int], dict]] = {}
+_suite_cache: dict[Path, tuple[tuple, dict]] = {}
 
 
 def read_packed_log(path: Path):
@@ -264,8 +290,9 @@ def read_packed_log(path: Path):
         packed = packed_file(suite_dir, path.name)
         if not packed.is_file():
             continue
-        stat = packed.stat()
-        signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        # the episodes table too: a train table's recomputed columns are read from it
+        signature = tuple((stat.st_ino, stat.st_mtime_ns, stat.st_size) for stat in
+                          (file.stat() for file in (packed, packed.with_name("episodes.parquet")) if file.is_file()))
         if packed not in _suite_cache or _suite_cache[packed][0] != signature:
             _suite_cache[packed] = (signature, read_suite_log(packed))
         frame = _suite_cache[packed][1].get(path.parent.relative_to(suite_dir).as_posix())

@@ -498,7 +498,8 @@ def budget_text(study) -> str:
     base = study.user_attrs["base"]
     trials = [t for t in study.trials if counted(t)]
     seeds = len(base["seeds"])
-    text = (f"{len(trials)} trial{'s' * (len(trials) != 1)} x {len(base['tasks'])} tasks x {seeds} "
+    tasks = len(base["tasks"])
+    text = (f"{len(trials)} trial{'s' * (len(trials) != 1)} x {tasks} task{'s' * (tasks != 1)} x {seeds} "
             f"seed{'s' * (seeds != 1)} x {base['total_steps'] // 1000}k steps")
     pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
     if pruned:

@@ -232,3 +232,53 @@ def test_numpy_and_torch_scalars_are_logged_as_the_numbers_they_are(tmp_path):
                "d": np.int64(3), "e": torch.tensor(7), "f": 0.5})
     log.close()
     assert (tmp_path / "train.csv").read_text() == "a,b,c,d,e,f\n0.30000000000000004,inf,0.10000000149011612,3,7,0.5\n"
+
+
+def test_a_pack_that_fails_part_way_changes_no_table_and_no_csv(tmp_path, capsys):
+    suite = tmp_path / "suite"
+    for seed in (0, 1):
+        write_trained_run(suite / f"seed{seed}", seed, [2, 0, 5])
+    pack_main([str(suite)])
+    tables = {path.name: path.read_bytes() for path in (suite / "logs").iterdir()}
+    import shutil
+
+    shutil.rmtree(suite / "seed1")  # its rows leave the tables at the next pack...
+    write_trained_run(suite / "seed2", 2, [1, 1, 1])
+    refused = read_csv_complete_rows(suite / "seed2" / "train.csv").assign(run="x")
+    refused.to_csv(suite / "seed2" / "train.csv", index=False)  # ...which refuses seed2's train.csv
+    pack_main([str(suite)])
+    assert "has a column named 'run'" in capsys.readouterr().out
+    assert {path.name: path.read_bytes() for path in (suite / "logs").iterdir()} == tables  # no temp file either
+    assert sorted(p.name for p in (suite / "seed2").iterdir()) == ["episodes.csv", "eval.csv", "summary.json",
+                                                                   "train.csv"]
+    read_all([suite / "seed0", suite / "seed2"])  # every log still reads
+
+
+def test_a_train_table_follows_an_episodes_log_that_changed_and_old_tables_repack(tmp_path):
+    """A run's episodes.csv written again while its train log stays packed: the train table is written again with
+    it (its statistics now stored, no longer recomputing), in the same process that read it before. A table
+    packed before timings were stored as float32 (float64 there) reads at float32 precision and repacks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    suite = tmp_path / "suite"
+    write_trained_run(suite / "seed0", 0, [3, 2])
+    before = read_all([suite / "seed0"])
+    pack_main([str(suite)])
+    assert_same(before, read_all([suite / "seed0"]))
+    episodes = before[(suite / "seed0", "episodes.csv")].copy()
+    episodes.loc[0, "episode_return"] += 1.0
+    episodes.to_csv(suite / "seed0" / "episodes.csv", index=False)
+    pack_main([str(suite)])
+    assert_same(before | {(suite / "seed0", "episodes.csv"): episodes}, read_all([suite / "seed0"]))
+    described = json.loads(pq.read_schema(suite / "logs" / "train.parquet").metadata[b"benchmarks.pack"])
+    assert "derived" not in described
+
+    old = pq.read_table(suite / "logs" / "train.parquet")  # as an earlier version stored it: float64 timings
+    old = old.set_column(old.schema.get_field_index("wall_time"), "wall_time",
+                         pa.array([1 / 3, 2 / 3], type=pa.float64()))
+    pq.write_table(old, suite / "logs" / "train.parquet")
+    assert read_csv_complete_rows(suite / "seed0" / "train.csv")["wall_time"].tolist() == [
+        float(np.float32(1 / 3)), float(np.float32(2 / 3))]
+    pack_main(["--repack", str(suite)])
+    assert str(pq.read_schema(suite / "logs" / "train.parquet").field("wall_time").type) == "float"

@@ -161,12 +161,12 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
                 "algo": {"name": algo}}
 
     text, tasks = tuning.study_provenance(config(0.0014306, 40))  # as written to conf/ (4 significant digits)
-    assert text == "1 trials x 2 tasks x 1 seed x 100k steps" and tasks == ("HalfCheetah", "Hopper")
+    assert text == "1 trial x 2 tasks x 1 seed x 100k steps" and tasks == ("HalfCheetah", "Hopper")
     assert tuning.study_provenance(config(3e-4, 40)) is None  # PPO's core untuned: the variant is not "tuned"
     assert tuning.study_provenance(config(0.001431, 20)) is None
     assert tuning.study_provenance(config(0.001431, 40, algo="hp3o_plus")) is None  # no study of its own
     # a second tuning round of the family (results/tuning/mujoco_300k.db) is found as well
-    assert tuning.study_provenance(config(3e-4, 10))[0] == "1 trials x 2 tasks x 1 seed x 300k steps"
+    assert tuning.study_provenance(config(3e-4, 10))[0] == "1 trial x 2 tasks x 1 seed x 300k steps"
     assert tuning.study_provenance(config(3e-4, 40)) is None  # the rounds' values are not mixed
     # a round whose study's best is still its trial 0 (the values it started from: the 300k round's) tuned nothing:
     # a run with those values is the 300k round's, though "mujoco_1m" sorts first
@@ -177,7 +177,7 @@ def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path
     started.add_trial(optuna.trial.create_trial(params={"env.hparams.lr": 3e-4}, distributions=dists, value=0.3,
                                                 user_attrs={"defaults": True}))
     monkeypatch.setattr(tuning, "_studies_cache", {})
-    assert tuning.study_provenance(config(3e-4, 10, algo="ppo"))[0] == "1 trials x 2 tasks x 1 seed x 300k steps"
+    assert tuning.study_provenance(config(3e-4, 10, algo="ppo"))[0] == "1 trial x 2 tasks x 1 seed x 300k steps"
 
 
 def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values():

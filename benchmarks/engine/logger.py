@@ -57,7 +57,8 @@ class CSVLog:
 
 def format_value(value):
     # repr-exact floats: determinism tests compare CSVs across runs. A numpy or torch scalar (a variant's statistic)
-    # is logged as its Python number: its own repr ("np.float64(0.5)", "tensor(0.5000)") would log it as text.
+    # is logged as its Python number: its own repr ("np.float64(0.5)", "tensor(0.5000)") would log it as text. A
+    # float32 is logged as the float64 it equals (0.10000000149011612, not its shortest text 0.1).
     if getattr(value, "shape", None) == () and hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float):
