@@ -12,7 +12,9 @@ and episodes.csv. Columns:
 - final_eval: deterministic-policy evaluation at the end of training, mean +- std over seeds;
 - last100_train: CleanRL's metric - per seed, the mean return of the last 100
   training episodes (stochastic policy), then mean +- std over seeds;
-- sps: env steps per wall-clock second of the whole run (evaluation included).
+- sps: env steps per wall-clock second of the whole run (evaluation included);
+- cpu_hours: what the runs cost on one core per process: each run's training-loop time over all its
+  segments, a population's shared among the seeds trained together (a total follows the table).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def mean_std(values) -> str:
 
 
 def summarize(runs: list[dict]) -> pd.DataFrame:
+    from benchmarks.tuning import training_seconds
+
     rows = []
     for (env, algo), group in group_runs(runs).items():
         final_eval = [run["eval"]["eval_return_mean"].iloc[-1] for run in group]
@@ -43,6 +47,7 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
             "last100_train": mean_std(last100),
             "per_seed_final_eval": " ".join(f"{v:.1f}" for v in final_eval),
             "sps": f"{np.mean([r['sps'] for r in group]):.0f}",
+            "cpu_hours": round(sum(training_seconds(r["dir"]) for r in group) / 3600, 2),
         })
     return pd.DataFrame(rows)
 
@@ -89,7 +94,10 @@ def main(argv=None) -> None:
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
-    print(summarize(runs).to_string(index=False))
+    table = summarize(runs)
+    print(table.to_string(index=False))
+    print(f"\nCPU-hours in all: {table['cpu_hours'].sum():.2f} ({len(runs)} runs; each process's training-loop "
+          f"time, a population's shared among its seeds)")
     if args.train_columns:
         if args.last_iterations and args.first_iterations:
             parser.error("--last-iterations and --first-iterations: one of them")

@@ -32,3 +32,29 @@ def test_final_eval_columns_are_the_last_evaluations_mean_and_std_over_seeds():
     row = final_eval_columns(load_runs(suite), ["eval_judge_mean", "no_such_column"]).iloc[0]
     finals = np.array([read_csv_complete_rows(suite / f"seed{seed}" / "eval.csv")["eval_judge_mean"].iloc[-1] for seed in range(5)])
     assert row["eval_judge_mean"] == f"{finals.mean():.2f} +- {finals.std():.2f}" and row["no_such_column"] is None
+
+
+def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, capsys):
+    """A population's loop time is its process's: each of its seeds costs its share; a single run costs its own."""
+    import json
+
+    from benchmarks.summarize import main
+
+    def run(path, seed, wall_time_s, together):
+        path.mkdir(parents=True)
+        (path / "summary.json").write_text(json.dumps({
+            "status": "complete", "env": "Hopper", "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0,
+            "wall_time_s": wall_time_s, "config": {}, **({"batched": {"seeds": together}} if together else {})}))
+        pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
+            path / "eval.csv", index=False)
+        pd.DataFrame({"env_steps": [2048], "episode_return": [5.0], "episode_length": [10]}).to_csv(
+            path / "episodes.csv", index=False)
+        pd.DataFrame({"env_steps": [2048], "iteration": [1], "rollout_time": [1.0], "update_time": [1.0]}).to_csv(
+            path / "train.csv", index=False)
+
+    for seed in range(4):  # one process: 3600 s of loop time for four seeds
+        run(tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}", seed, 3600.0, [0, 1, 2, 3])
+    run(tmp_path / "suite" / "Hopper" / "hp3o" / "seed0", 0, 1800.0, None)
+    main([str(tmp_path / "suite")])
+    out = capsys.readouterr().out
+    assert "CPU-hours in all: 1.50 (5 runs" in out
