@@ -94,10 +94,12 @@ def main(argv=None) -> None:
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
-    table = summarize(runs)
-    print(table.to_string(index=False))
-    print(f"\nCPU-hours in all: {table['cpu_hours'].sum():.2f} ({len(runs)} runs; each process's training-loop "
-          f"time, a population's shared among its seeds)")
+    from benchmarks.tuning import training_seconds
+
+    print(summarize(runs).to_string(index=False))
+    hours = sum(training_seconds(run["dir"]) for run in runs) / 3600  # not the sum of the rounded rows
+    print(f"\nCPU-hours in all: {hours:.2f} ({len(runs)} runs; each process's training-loop time, a population's "
+          f"shared among its seeds)")
     if args.train_columns:
         if args.last_iterations and args.first_iterations:
             parser.error("--last-iterations and --first-iterations: one of them")
