@@ -46,7 +46,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.engine.logger import TIMING_COLUMNS, at_timing_precision, episode_statistics, read_csv_complete_rows
+from benchmarks.engine.logger import at_timing_precision, episode_statistics, read_csv_complete_rows, timing_columns
 from benchmarks.runs import existing_directory, read_summary
 
 PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
@@ -178,9 +178,8 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, epis
     rows = [logs[run].drop(columns=derived.get(run, [])).assign(run=run) for run in runs if len(logs[run])]
     everything = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"run": pd.Series(dtype=str)})
     everything = everything.reindex(columns=["run", *kinds])
-    for column in TIMING_COLUMNS:  # read at float32 precision (read_csv_complete_rows): stored in half the bytes
-        if column in everything.columns and everything[column].dtype.kind == "f":
-            everything[column] = everything[column].astype("float32")
+    for column in timing_columns(everything):  # read at float32 precision (read_csv_complete_rows): half the bytes
+        everything[column] = everything[column].astype("float32")
     table = pa.Table.from_pandas(everything, preserve_index=False)
     layouts = {run: [[column, str(dtype)] for column, dtype in logs[run].dtypes.items()] for run in runs}
     distinct = sorted({json.dumps(layout) for layout in layouts.values()})

@@ -26,6 +26,7 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
+from benchmarks.tuning import training_seconds
 
 
 def mean_std(values) -> str:
@@ -34,8 +35,6 @@ def mean_std(values) -> str:
 
 
 def summarize(runs: list[dict]) -> pd.DataFrame:
-    from benchmarks.tuning import training_seconds
-
     rows = []
     for (env, algo), group in group_runs(runs).items():
         final_eval = [run["eval"]["eval_return_mean"].iloc[-1] for run in group]
@@ -94,8 +93,6 @@ def main(argv=None) -> None:
     runs = load_runs(args.runs_dir)
     if not runs:
         raise SystemExit(f"no complete runs under {args.runs_dir}")
-    from benchmarks.tuning import training_seconds
-
     print(summarize(runs).to_string(index=False))
     hours = sum(training_seconds(run["dir"]) for run in runs) / 3600  # not the sum of the rounded rows
     print(f"\nCPU-hours in all: {hours:.2f} ({len(runs)} runs; each process's training-loop time, a population's "

@@ -152,11 +152,15 @@ def flatten(node: dict, prefix: str = "") -> dict:
 TIMING_COLUMNS = ("wall_time", "sps", "rollout_time", "update_time")
 
 
+def timing_columns(frame) -> list[str]:
+    """The frame's timing columns that hold floats."""
+    return [column for column in TIMING_COLUMNS if column in frame.columns and frame[column].dtype.kind == "f"]
+
+
 def at_timing_precision(frame):
     """The frame with its timing columns rounded to float32 precision (kept as float64)."""
-    for column in TIMING_COLUMNS:
-        if column in frame.columns and frame[column].dtype.kind == "f":
-            frame[column] = frame[column].astype(np.float32).astype(np.float64)
+    for column in timing_columns(frame):
+        frame[column] = frame[column].astype(np.float32).astype(np.float64)
     return frame
 
 
