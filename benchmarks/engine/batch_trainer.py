@@ -277,13 +277,16 @@ class SeedRun:
         save_checkpoint(self.state_dict(time.perf_counter() - self.start_time,
                                         {**self.logger.sizes(), "episodes.csv": self.episodes_log.size()}), self.run_dir)
 
-    def summary_base(self, status: str) -> dict:
-        """What every summary says (complete, paused, interrupted, failed): wall_time_s is the run's training-loop
-        wall time over all its segments so far (start_time is set back by the earlier ones): a study's CPU time."""
+    def write_summary(self, status: str, **fields) -> dict:
+        """summary.json: what every summary says (complete, paused, interrupted, failed), then `fields`.
+        wall_time_s is the run's training-loop wall time over all its segments so far (start_time is set back by
+        the earlier ones): a study's CPU time."""
         started = getattr(self, "start_time", None)  # None: stopped before its loop started
-        return {"status": status, "env": self.cfg.env.name, "algo": self.cfg.algo.name, "seed": self.cfg.seed,
-                "env_steps": self.env_steps, "resumed_at_env_steps": self.resumed_at,
-                **({"wall_time_s": time.perf_counter() - started} if started is not None else {})}
+        summary = {"status": status, "env": self.cfg.env.name, "algo": self.cfg.algo.name, "seed": self.cfg.seed,
+                   "env_steps": self.env_steps, "resumed_at_env_steps": self.resumed_at,
+                   **({"wall_time_s": time.perf_counter() - started} if started is not None else {}), **fields}
+        write_json_atomic(self.run_dir / "summary.json", summary)
+        return summary
 
     def close(self) -> None:
         for closing in (getattr(self, "logger", None), getattr(self, "episodes_log", None), self.envs, self.evaluator):
@@ -671,11 +674,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             for iteration in range(start_iteration, num_iterations + 1):
                 if pause_requested(cfg, (iteration - 1) * steps_per_iteration, iteration - 1, num_iterations):
                     # checkpointed where it paused (below), or resumed from a checkpoint already past the pause
-                    paused = [{**run.summary_base("paused"), "total_steps": cfg.total_steps, "batched": batched_info,
-                               "config": run.config} for run in runs if run.active]
-                    for summary, run in zip(paused, [run for run in runs if run.active]):
-                        write_json_atomic(run.run_dir / "summary.json", summary)
-                    return paused
+                    return [run.write_summary("paused", total_steps=cfg.total_steps, batched=batched_info,
+                                              config=run.config) for run in runs if run.active]
                 iteration_start = time.perf_counter()
                 active = np.array([run.active for run in runs])
                 for run in runs:
@@ -743,8 +743,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         check_finite(run.algorithm, stats, iteration, run.env_steps)
                     except NonFiniteError as error:  # this seed stops; the others go on
                         run.active, run.error = False, error
-                        write_json_atomic(run.run_dir / "summary.json", {
-                            **run.summary_base("failed"), "error": f"NonFiniteError: {error}", "batched": batched_info})
+                        run.write_summary("failed", error=f"NonFiniteError: {error}", batched=batched_info)
                         if not one_run:  # a single run's caller says it once, as the run's own error (below)
                             print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
@@ -782,9 +781,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 if interrupted and iteration < num_iterations:
                     for run in runs:
                         if run.active:
-                            write_json_atomic(run.run_dir / "summary.json", {
-                                **run.summary_base("interrupted"), "signal": signal.Signals(signals.received).name,
-                                "checkpointed": bool(cfg.logging.checkpoint), "batched": batched_info})
+                            run.write_summary("interrupted", signal=signal.Signals(signals.received).name,
+                                              checkpointed=bool(cfg.logging.checkpoint), batched=batched_info)
                     signals.hand_over(env_steps)
         for run in runs:
             if run.active:
@@ -793,33 +791,20 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         if not isinstance(error, TrainingInterrupted):
             for run in runs:
                 if run.active:
-                    write_json_atomic(run.run_dir / "summary.json", {
-                        **run.summary_base("failed"), "error": f"{type(error).__name__}: {error}",
-                        "batched": batched_info})
+                    run.write_summary("failed", error=f"{type(error).__name__}: {error}", batched=batched_info)
         raise
     finally:
         for run in runs:
             run.close()
 
     summaries = []
-    for run in runs:
-        if not run.active:
-            continue
-        base = run.summary_base("complete")  # with wall_time_s, the loop's time over every segment
-        summary = {
-            **base,
-            "iterations": num_iterations,
-            "final_eval_return_mean": run.last_eval["eval_return_mean"] if run.last_eval else None,
-            "final_eval_return_std": run.last_eval["eval_return_std"] if run.last_eval else None,
-            # this seed's steps; the batch stepped len(seeds) times as many
-            "sps": run.env_steps / base["wall_time_s"],
-            "phase_seconds": run.phases.seconds,  # the batch's: every seed shares its loop
-            "batched": batched_info,
-            "versions": versions(),
-            "machine": machine(),
-            "git_commit": commit,
-            "config": run.config,
-        }
-        write_json_atomic(run.run_dir / "summary.json", summary)
-        summaries.append(summary)
+    for run in [run for run in runs if run.active]:
+        wall_time = time.perf_counter() - run.start_time  # the loop's time over every segment
+        summaries.append(run.write_summary(
+            "complete", wall_time_s=wall_time, iterations=num_iterations,
+            final_eval_return_mean=run.last_eval["eval_return_mean"] if run.last_eval else None,
+            final_eval_return_std=run.last_eval["eval_return_std"] if run.last_eval else None,
+            sps=run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
+            phase_seconds=run.phases.seconds,  # the batch's: every seed shares its loop
+            batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config))
     return summaries

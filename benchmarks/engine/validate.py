@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import ALGORITHMS
-from algorithms.ppo import PPOConfig
+from algorithms.ppo import PPO, PPOConfig
 from algorithms.schema import (
     Before,
     Check,
@@ -52,9 +52,6 @@ def fastest_backend(algorithm: str) -> str:
     differentiates the algorithm's own torch loss over a seed axis, for PPO and every variant of it; torch (the
     eager backend, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
     the resolved value, the backend it ran on."""
-    from algorithms import ALGORITHMS
-    from algorithms.ppo import PPO
-
     known = ALGORITHMS.get(algorithm)
     if known is not None and not (isinstance(known, type) and issubclass(known, PPO)):
         return "torch"
