@@ -4,12 +4,17 @@ and their grouping by task and preset (group_runs)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 
+
+# The file a training process holds while it trains in a run directory (benchmarks/engine/run_dir.py run_lock):
+# its pid inside, removed as the lock is released.
+LOCK_FILE = ".lock"
 
 # What the readers of a run take from its summary.json
 REQUIRED_SUMMARY_KEYS = ("status", "env", "algo", "seed", "env_steps", "sps", "config")
@@ -97,6 +102,22 @@ def why_not_complete(summary: dict) -> str | None:
     return f"unknown status {status!r}"
 
 
+def trainer_pid(run_dir: Path) -> int | None:
+    """The pid of the live process training in run_dir, if one is (read from its lock file, which is never locked
+    here: a reader must not make a starting trainer think the directory is taken)."""
+    try:
+        pid = int((Path(run_dir) / LOCK_FILE).read_text().strip())
+    except (OSError, ValueError):  # no lock file, or one being written
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: is it alive? (a killed trainer's file can stay behind)
+    except PermissionError:
+        return pid  # alive, another user's
+    except OSError:
+        return None
+    return pid
+
+
 def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """(env, algo) -> its runs in seed order; keys in sorted order. The one grouping every table uses."""
     grouped: dict[tuple[str, str], list[dict]] = {}
@@ -118,6 +139,9 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     for run_dir in run_dirs:
         summary = read_summary(run_dir)
         reason = why_not_complete(summary)
+        pid = trainer_pid(run_dir)
+        if pid is not None:  # its summary is the last segment's (interrupted, or none yet)
+            reason = f"training now (pid {pid})"
         if reason is None and any(key not in summary for key in REQUIRED_SUMMARY_KEYS):
             reason = f"corrupt summary.json (missing {', '.join(k for k in REQUIRED_SUMMARY_KEYS if k not in summary)})"
         if reason is None:

@@ -15,11 +15,13 @@ and episodes.csv. Columns:
 - sps: env steps per wall-clock second of the whole run (evaluation included);
 - cpu_hours: what the runs cost on one core per process: each run's training-loop time over all its
   segments, a population's shared among the seeds trained together (a total follows the table).
+Runs that are not complete (training now, interrupted, failed) are left out of the table and named below it.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -49,6 +51,21 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
             "cpu_hours": round(sum(training_seconds(r["dir"]) for r in group) / 3600, 2),
         })
     return pd.DataFrame(rows)
+
+
+def left_out_lines(root: Path, skipped: list[tuple[Path, str]]) -> list[str]:
+    """One line per (directory, reason) of the runs the table leaves out - running, interrupted, failed -, the
+    seeds of a population in one line: `left out: Ant/ppo seed0-seed9 (10 runs): interrupted by SIGTERM at ...`."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for run_dir, reason in skipped:
+        where = run_dir.parent.relative_to(root) if run_dir != Path(root) else Path(".")
+        by_reason.setdefault((where.as_posix(), reason), []).append(run_dir.name)
+    lines = []
+    for (where, reason), names in by_reason.items():
+        names = sorted(names, key=lambda name: (name.rstrip("0123456789"), len(name), name))  # seed2 before seed10
+        runs = names[0] if len(names) == 1 else f"{names[0]}-{names[-1]} ({len(names)} runs)"
+        lines.append(f"left out: {where}/{runs}: {reason}")
+    return lines
 
 
 def train_column_means(runs: list[dict], columns: list[str], last: int | None = None,
@@ -90,10 +107,14 @@ def main(argv=None) -> None:
     parser.add_argument("--first-iterations", type=int, default=None, metavar="N",
                         help="with --train-columns: the mean over each run's first N iterations only")
     args = parser.parse_args(argv)
-    runs = load_runs(args.runs_dir)
+    skipped: list[tuple[Path, str]] = []
+    runs = load_runs(args.runs_dir, skipped)
+    left_out = left_out_lines(args.runs_dir, skipped)
     if not runs:
-        raise SystemExit(f"no complete runs under {args.runs_dir}")
+        raise SystemExit("\n".join([f"no complete runs under {args.runs_dir}", *left_out]))
     print(summarize(runs).to_string(index=False))
+    if left_out:
+        print("\n" + "\n".join(left_out))
     hours = sum(training_seconds(run["dir"]) for run in runs) / 3600  # not the sum of the rounded rows
     print(f"\nCPU-hours in all: {hours:.2f} ({len(runs)} runs; each process's training-loop time, a population's "
           f"shared among its seeds)")

@@ -58,3 +58,42 @@ def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, c
     main([str(tmp_path / "suite")])
     out = capsys.readouterr().out
     assert "CPU-hours in all: 1.50 (5 runs" in out
+
+
+def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_path, capsys):
+    """Runs the table leaves out are said, one line per directory and reason: an interrupted population's seeds
+    together, a run whose trainer is alive as training now (its lock file's pid), a stale lock file ignored."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from benchmarks.summarize import main
+
+    def run(path, seed, status, **extra):
+        path.mkdir(parents=True)
+        (path / "summary.json").write_text(json.dumps({
+            "status": status, "env": "Ant", "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0,
+            "wall_time_s": 10.0, "config": {}, **extra}))
+        pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
+            path / "eval.csv", index=False)
+        pd.DataFrame({"env_steps": [2048], "episode_return": [5.0], "episode_length": [10]}).to_csv(
+            path / "episodes.csv", index=False)
+        pd.DataFrame({"env_steps": [2048], "iteration": [1], "rollout_time": [1.0], "update_time": [1.0]}).to_csv(
+            path / "train.csv", index=False)
+
+    suite = tmp_path / "suite"
+    run(suite / "Hopper" / "ppo" / "seed0", 0, "complete")
+    for seed in (0, 1, 2, 10):  # seed10 sorts after seed2
+        run(suite / "Ant" / "ppo" / f"seed{seed}", seed, "interrupted", signal="SIGTERM")
+    run(suite / "Ant" / "hp3o" / "seed0", 0, "interrupted", signal="SIGTERM")
+    (suite / "Ant" / "hp3o" / "seed0" / ".lock").write_text(str(os.getpid()))  # a live trainer
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    run(suite / "Walker2d" / "ppo" / "seed0", 0, "interrupted", signal="SIGTERM")
+    (suite / "Walker2d" / "ppo" / "seed0" / ".lock").write_text(dead.stdout.strip())  # its trainer was killed
+
+    main([str(suite)])
+    out = capsys.readouterr().out
+    assert "left out: Ant/ppo/seed0-seed10 (4 runs): interrupted by SIGTERM at 2048 env steps (resumable)" in out
+    assert f"left out: Ant/hp3o/seed0: training now (pid {os.getpid()})" in out
+    assert "left out: Walker2d/ppo/seed0: interrupted by SIGTERM at 2048 env steps (resumable)" in out

@@ -15,6 +15,7 @@ import torch
 
 from benchmarks import numerics
 from benchmarks.engine.config import PROJECT_ROOT
+from benchmarks.runs import LOCK_FILE
 
 
 class RunLockedError(RuntimeError):
@@ -30,7 +31,7 @@ def run_lock(run_dir: Path):
     """
     import fcntl
 
-    path = run_dir / ".lock"
+    path = run_dir / LOCK_FILE
     while True:
         handle = open(path, "a+")
         try:
