@@ -34,23 +34,29 @@ def test_final_eval_columns_are_the_last_evaluations_mean_and_std_over_seeds():
     assert row["eval_judge_mean"] == f"{finals.mean():.2f} +- {finals.std():.2f}" and row["no_such_column"] is None
 
 
-def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, capsys):
-    """A population's loop time is its process's: each of its seeds costs its share; a single run costs its own."""
+def write_run(path, seed, status="complete", env="Hopper", **summary):
+    """A stored run of one evaluation, one episode and one iteration, its summary.json given `summary` beside
+    the keys every reader needs."""
     import json
 
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({
+        "status": status, "env": env, "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0, "config": {},
+        **summary}))
+    pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
+        path / "eval.csv", index=False)
+    pd.DataFrame({"env_steps": [2048], "episode_return": [5.0], "episode_length": [10]}).to_csv(
+        path / "episodes.csv", index=False)
+    pd.DataFrame({"env_steps": [2048], "iteration": [1], "rollout_time": [1.0], "update_time": [1.0]}).to_csv(
+        path / "train.csv", index=False)
+
+
+def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, capsys):
+    """A population's loop time is its process's: each of its seeds costs its share; a single run costs its own."""
     from benchmarks.summarize import main
 
     def run(path, seed, wall_time_s, together):
-        path.mkdir(parents=True)
-        (path / "summary.json").write_text(json.dumps({
-            "status": "complete", "env": "Hopper", "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0,
-            "wall_time_s": wall_time_s, "config": {}, **({"batched": {"seeds": together}} if together else {})}))
-        pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
-            path / "eval.csv", index=False)
-        pd.DataFrame({"env_steps": [2048], "episode_return": [5.0], "episode_length": [10]}).to_csv(
-            path / "episodes.csv", index=False)
-        pd.DataFrame({"env_steps": [2048], "iteration": [1], "rollout_time": [1.0], "update_time": [1.0]}).to_csv(
-            path / "train.csv", index=False)
+        write_run(path, seed, wall_time_s=wall_time_s, **({"batched": {"seeds": together}} if together else {}))
 
     for seed in range(4):  # one process: 3600 s of loop time for four seeds
         run(tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}", seed, 3600.0, [0, 1, 2, 3])
@@ -63,7 +69,6 @@ def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, c
 def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_path, capsys):
     """Runs the table leaves out are said, one line per directory and reason: an interrupted population's seeds
     together, a run whose trainer is alive as training now (its lock file's pid), a stale lock file ignored."""
-    import json
     import os
     import subprocess
     import sys
@@ -71,16 +76,7 @@ def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_pat
     from benchmarks.summarize import main
 
     def run(path, seed, status, **extra):
-        path.mkdir(parents=True)
-        (path / "summary.json").write_text(json.dumps({
-            "status": status, "env": "Ant", "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0,
-            "wall_time_s": 10.0, "config": {}, **extra}))
-        pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
-            path / "eval.csv", index=False)
-        pd.DataFrame({"env_steps": [2048], "episode_return": [5.0], "episode_length": [10]}).to_csv(
-            path / "episodes.csv", index=False)
-        pd.DataFrame({"env_steps": [2048], "iteration": [1], "rollout_time": [1.0], "update_time": [1.0]}).to_csv(
-            path / "train.csv", index=False)
+        write_run(path, seed, status, env="Ant", wall_time_s=10.0, **extra)
 
     suite = tmp_path / "suite"
     run(suite / "Hopper" / "ppo" / "seed0", 0, "complete")
