@@ -200,14 +200,16 @@ def mark_job(cfg: DictConfig, job_dir: Path) -> None:
     """Note in the job's directory that this sweep ran it, and which seeds it holds (a batch job's runs
     are its seeds' directories), before anything can refuse or skip it."""
     import json
+    import os
 
-    from benchmarks.engine.hydra_callbacks import JOB_MARK  # how the sweep's end finds its jobs
+    from benchmarks.engine.hydra_callbacks import JOB_MARK, SWEEP_ID  # how the sweep's end finds its jobs
 
     job_dir.mkdir(parents=True, exist_ok=True)
     seeds = OmegaConf.select(cfg, "seeds", default=None)
     if not isinstance(seeds, ListConfig):
         seeds = None  # one seed, or a value the validator refuses next (seeds=abc), in one line
-    (job_dir / JOB_MARK).write_text(json.dumps({"seeds": OmegaConf.to_container(seeds) if seeds is not None else None}))
+    (job_dir / JOB_MARK).write_text(json.dumps({"seeds": OmegaConf.to_container(seeds) if seeds is not None else None,
+                                                "sweep": os.environ.get(SWEEP_ID)}))
 
 
 def write_hydra_files(cfg: DictConfig, job_dir: Path) -> None:

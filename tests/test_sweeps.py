@@ -30,6 +30,9 @@ def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launche
     good = tmp_path / "1"
     assert json.loads((good / "summary.json").read_text())["status"] == "complete"
     assert pd.read_csv(good / "train.csv")["env_steps"].iloc[-1] == 1024
+    # the launcher passed the sweep's id on to both jobs: its end counts them as its own by it
+    sweep_ids = {json.loads((tmp_path / job / ".job").read_text())["sweep"] for job in ("0", "1")}
+    assert len(sweep_ids) == 1 and None not in sweep_ids
 
 
 @pytest.mark.slow
@@ -83,3 +86,36 @@ def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_pa
 
     skipped = []
     assert [run["seed"] for run in load_runs(tmp_path, skipped)] == [0, 1] and skipped == []
+
+
+def test_a_sweeps_end_reports_its_own_jobs_not_those_another_sweep_trains_into_the_same_directory(
+        tmp_path, monkeypatch, capsys):
+    """Two sweeps into one suite directory at once (two presets from two terminals): the first to end reports its
+    jobs, and the other's, still training (no summary.json yet), are neither counted nor called failed."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.engine.hydra_callbacks import JOB_MARK, SWEEP_ID, SweepReport
+
+    monkeypatch.delenv(SWEEP_ID, raising=False)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    report = SweepReport()
+    report.on_multirun_start(config)
+    assert os.environ[SWEEP_ID] == report.sweep_id  # what the launcher's jobs inherit
+
+    def job(name, sweep, complete):
+        job_dir = tmp_path / name / "seed0"
+        job_dir.mkdir(parents=True)
+        (job_dir / JOB_MARK).write_text(json.dumps({"seeds": None, "sweep": sweep}))
+        if complete:
+            (job_dir / "summary.json").write_text(json.dumps({"status": "complete"}))
+
+    job("Ant/ppo", report.sweep_id, complete=True)
+    job("Ant/outer_ppo", "4242-1", complete=False)  # the other sweep's, training now
+    report.on_multirun_end(config)
+    assert "sweep finished: 1 of 1 runs complete (1 jobs)" in capsys.readouterr().out
+
+    job("Hopper/ppo", None, complete=False)  # a launcher that dropped the environment: counted by its time
+    with pytest.raises(SystemExit):
+        report.on_multirun_end(config)
+    out = capsys.readouterr().out
+    assert "1 of 2 runs complete (2 jobs)" in out and "FAILED" in out and "Hopper/ppo" in out and "outer_ppo" not in out

@@ -2,9 +2,11 @@
 
 Hydra 1.3 reports only the first failure of a multirun (hydra#2284), and with
 the joblib or submitit launchers the jobs run elsewhere. This callback reads
-the sweep directory instead: every run directory of a job written during this
-sweep (its .job mark, written by run.py as the job starts, is newer than the
-sweep's start; a batch job's runs are its seeds' directories) either holds a summary.json with status
+the sweep directory instead: every run directory of a job of this sweep (its .job
+mark, written by run.py as the job starts, is newer than the sweep's start and
+carries this sweep's id, so that another sweep training into the same directory
+at the same time is not reported as this one's; a batch job's runs are its
+seeds' directories) either holds a summary.json with status
 "complete" or "paused" (pause_at_steps), or it failed. run.py lets a failing
 job record its error and return, so the other jobs go on; this callback then
 lists the failures and exits non-zero. A rerun that trained nothing (every run
@@ -14,6 +16,7 @@ complete already) leaves the sweep's files byte-identical: multirun.yaml is put 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,23 +38,28 @@ def job_status(job_dir: Path, refused: str | None = None) -> tuple[str, str]:
     return summary["status"], summary.get("error", "")
 
 
-JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null}, and
-# "refused": the config error, where the job's config was refused
+JOB_MARK = ".job"  # written by run.py into every job's directory as the job starts: {"seeds": [...] or null,
+# "sweep": the id of the sweep that launched it}, and "refused": the config error, where the job's config was refused
+SWEEP_ID = "PPO_BENCH_SWEEP_ID"  # the environment variable that gives a sweep's jobs its id (launchers pass the
+# environment on: joblib's workers, submitit's local and Slurm jobs)
+
+
+def job_mark(job_dir: Path) -> dict:
+    return json.loads((job_dir / JOB_MARK).read_text())
 
 
 def refuse_job(job_dir: Path, error: str) -> None:
     """Record in the job's mark that this sweep refused its config (the run directory's files stay as they are)."""
-    mark = job_dir / JOB_MARK
-    mark.write_text(json.dumps({**json.loads(mark.read_text()), "refused": error}))
+    (job_dir / JOB_MARK).write_text(json.dumps({**job_mark(job_dir), "refused": error}))
 
 
 def job_refusal(job_dir: Path) -> str | None:
-    return json.loads((job_dir / JOB_MARK).read_text()).get("refused")
+    return job_mark(job_dir).get("refused")
 
 
 def job_run_dirs(job_dir: Path) -> list[Path]:
     """The run directories a job wrote: its own, or for a batch job (seeds=[...]) its seeds' beside it."""
-    seeds = json.loads((job_dir / JOB_MARK).read_text()).get("seeds")
+    seeds = job_mark(job_dir).get("seeds")
     if seeds is None:
         return [job_dir]
     from benchmarks.engine.batch_trainer import seed_run_dirs
@@ -66,6 +74,8 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.start = time.time()
+        self.sweep_id = f"{os.getpid()}-{time.time_ns()}"
+        os.environ[SWEEP_ID] = self.sweep_id  # before the launcher starts any job
         # Hydra's launcher rewrites the sweep's multirun.yaml before any job runs; a rerun that only
         # skips complete runs puts the old one back (below), so it leaves the suite's files as they were.
         multirun = Path(config.hydra.sweep.dir) / "multirun.yaml"
@@ -73,7 +83,10 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start)
+        # this sweep's jobs: marked since it started, by it (a mark without an id: a launcher that dropped the
+        # environment; counted by its time alone)
+        job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start
+                          and job_mark(path.parent).get("sweep") in (None, self.sweep_id))
         statuses = []
         for job_dir in job_dirs:
             refused = job_refusal(job_dir)
