@@ -199,17 +199,16 @@ def remove_if_untouched(job_dir: Path) -> None:
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:
     """Note in the job's directory that this sweep ran it, and which seeds it holds (a batch job's runs
     are its seeds' directories), before anything can refuse or skip it."""
-    import json
     import os
 
-    from benchmarks.engine.hydra_callbacks import JOB_MARK, SWEEP_ID  # how the sweep's end finds its jobs
+    from benchmarks.engine.hydra_callbacks import SWEEP_ID, write_job_mark  # how the sweep's end finds its jobs
 
     job_dir.mkdir(parents=True, exist_ok=True)
     seeds = OmegaConf.select(cfg, "seeds", default=None)
     if not isinstance(seeds, ListConfig):
         seeds = None  # one seed, or a value the validator refuses next (seeds=abc), in one line
-    (job_dir / JOB_MARK).write_text(json.dumps({"seeds": OmegaConf.to_container(seeds) if seeds is not None else None,
-                                                "sweep": os.environ.get(SWEEP_ID)}))
+    write_job_mark(job_dir, {"seeds": OmegaConf.to_container(seeds) if seeds is not None else None,
+                             "sweep": os.environ.get(SWEEP_ID)})
 
 
 def write_hydra_files(cfg: DictConfig, job_dir: Path) -> None:

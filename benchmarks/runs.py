@@ -109,6 +109,8 @@ def trainer_pid(run_dir: Path) -> int | None:
         pid = int((Path(run_dir) / LOCK_FILE).read_text().strip())
     except (OSError, ValueError):  # no lock file, or one being written
         return None
+    if pid <= 0:  # os.kill(0 or -1, 0) asks about process groups
+        return None
     try:
         os.kill(pid, 0)  # signal 0: is it alive? (a killed trainer's file can stay behind)
     except PermissionError:
@@ -139,9 +141,10 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
     for run_dir in run_dirs:
         summary = read_summary(run_dir)
         reason = why_not_complete(summary)
-        pid = trainer_pid(run_dir)
-        if pid is not None:  # its summary is the last segment's (interrupted, or none yet)
-            reason = f"training now (pid {pid})"
+        if reason is not None:  # a complete run is complete whatever lock file a killed trainer left behind
+            pid = trainer_pid(run_dir)
+            if pid is not None:  # its summary is the last segment's (interrupted, or none yet)
+                reason = f"training now (pid {pid})"
         if reason is None and any(key not in summary for key in REQUIRED_SUMMARY_KEYS):
             reason = f"corrupt summary.json (missing {', '.join(k for k in REQUIRED_SUMMARY_KEYS if k not in summary)})"
         if reason is None:

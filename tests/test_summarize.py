@@ -80,16 +80,22 @@ def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_pat
 
     suite = tmp_path / "suite"
     run(suite / "Hopper" / "ppo" / "seed0", 0, "complete")
-    for seed in (0, 1, 2, 10):  # seed10 sorts after seed2
+    for seed in (0, 1, 2, 10):  # seed10 sorts after seed2; not consecutive: listed
         run(suite / "Ant" / "ppo" / f"seed{seed}", seed, "interrupted", signal="SIGTERM")
+    for seed in range(3):
+        run(suite / "Swimmer" / "ppo" / f"seed{seed}", seed, "interrupted", signal="SIGTERM")
     run(suite / "Ant" / "hp3o" / "seed0", 0, "interrupted", signal="SIGTERM")
     (suite / "Ant" / "hp3o" / "seed0" / ".lock").write_text(str(os.getpid()))  # a live trainer
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     run(suite / "Walker2d" / "ppo" / "seed0", 0, "interrupted", signal="SIGTERM")
     (suite / "Walker2d" / "ppo" / "seed0" / ".lock").write_text(dead.stdout.strip())  # its trainer was killed
 
+    run(suite / "Hopper" / "ppo" / "seed1", 1, "complete")
+    (suite / "Hopper" / "ppo" / "seed1" / ".lock").write_text(str(os.getpid()))  # a killed trainer's, pid reused
     main([str(suite)])
     out = capsys.readouterr().out
-    assert "left out: Ant/ppo/seed0-seed10 (4 runs): interrupted by SIGTERM at 2048 env steps (resumable)" in out
+    assert "(2 runs;" in out  # the complete run with a stale lock file is in the table
+    assert "left out: Ant/ppo/seed0, seed1, seed2, seed10: interrupted by SIGTERM at 2048 env steps (resumable)" in out
+    assert "left out: Swimmer/ppo/seed0-2 (3 runs): interrupted by SIGTERM at 2048 env steps (resumable)" in out
     assert f"left out: Ant/hp3o/seed0: training now (pid {os.getpid()})" in out
     assert "left out: Walker2d/ppo/seed0: interrupted by SIGTERM at 2048 env steps (resumable)" in out

@@ -96,7 +96,8 @@ def test_a_sweeps_end_reports_its_own_jobs_not_those_another_sweep_trains_into_t
 
     from benchmarks.engine.hydra_callbacks import JOB_MARK, SWEEP_ID, SweepReport
 
-    monkeypatch.delenv(SWEEP_ID, raising=False)
+    monkeypatch.setenv(SWEEP_ID, "")  # recorded, so that the id set below is undone after the test
+    monkeypatch.delenv(SWEEP_ID)
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
     report = SweepReport()
     report.on_multirun_start(config)
@@ -111,6 +112,8 @@ def test_a_sweeps_end_reports_its_own_jobs_not_those_another_sweep_trains_into_t
 
     job("Ant/ppo", report.sweep_id, complete=True)
     job("Ant/outer_ppo", "4242-1", complete=False)  # the other sweep's, training now
+    (tmp_path / "Ant" / "hp3o" / "seed0").mkdir(parents=True)
+    (tmp_path / "Ant" / "hp3o" / "seed0" / JOB_MARK).write_text('{"seeds": nu')  # another sweep's, half written
     report.on_multirun_end(config)
     assert "sweep finished: 1 of 1 runs complete (1 jobs)" in capsys.readouterr().out
 

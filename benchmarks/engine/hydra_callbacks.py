@@ -48,9 +48,25 @@ def job_mark(job_dir: Path) -> dict:
     return json.loads((job_dir / JOB_MARK).read_text())
 
 
+def write_job_mark(job_dir: Path, mark: dict) -> None:
+    """Atomically: another sweep's end may read it at any moment."""
+    from benchmarks.engine.logger import write_json_atomic
+
+    write_json_atomic(job_dir / JOB_MARK, mark)
+
+
+def sweep_of(job_dir: Path) -> str | None:
+    """The id of the sweep that launched the job (None: its launcher dropped the environment); "" for a mark
+    that cannot be read (not this sweep's: its own jobs have all ended and written theirs)."""
+    try:
+        return job_mark(job_dir).get("sweep")
+    except (OSError, ValueError):
+        return ""
+
+
 def refuse_job(job_dir: Path, error: str) -> None:
     """Record in the job's mark that this sweep refused its config (the run directory's files stay as they are)."""
-    (job_dir / JOB_MARK).write_text(json.dumps({**job_mark(job_dir), "refused": error}))
+    write_job_mark(job_dir, {**job_mark(job_dir), "refused": error})
 
 
 def job_refusal(job_dir: Path) -> str | None:
@@ -86,7 +102,7 @@ class SweepReport(Callback):
         # this sweep's jobs: marked since it started, by it (a mark without an id: a launcher that dropped the
         # environment; counted by its time alone)
         job_dirs = sorted(path.parent for path in sweep_dir.rglob(JOB_MARK) if path.stat().st_mtime >= self.start
-                          and job_mark(path.parent).get("sweep") in (None, self.sweep_id))
+                          and sweep_of(path.parent) in (None, self.sweep_id))
         statuses = []
         for job_dir in job_dirs:
             refused = job_refusal(job_dir)
