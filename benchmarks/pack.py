@@ -4,21 +4,26 @@
     python -m benchmarks.pack --unpack SUITE ...     (the CSVs back into each run's directory)
     python -m benchmarks.pack --repack [SUITE ...]   (every packed table written again in this version's form)
 
-A run writes `train.csv` (one row of ~25 diagnostics per iteration), `eval.csv`
-and `episodes.csv` (one row per training episode). Packing a suite moves the
-three logs of each of its complete runs into `SUITE/logs/train.parquet`,
-`eval.parquet` and `episodes.parquet`: one table per log with a `run` column
-(the run's directory below SUITE), zstd-compressed, floats stored
-byte-stream-split - about half the bytes of the same CSVs gzipped. Every number is kept exactly: what is stored is
-what pandas reads from the CSV (its columns, their order and dtypes, each value
-bit for bit; an empty cell of a text column comes back as None), checked by
-reading the file back before any CSV is removed. For size, the timing columns
-(wall_time, sps, rollout_time, update_time: seconds measured on a machine the
-run shared, which `benchmarks.reproduce` does not compare) are stored as
-float32, the precision every reader reads them at, plain CSV or packed; and
-train.csv's episode statistics (episode_return_mean, episode_return_std,
-episode_length_mean) are not stored where they recompute bit for bit from the
-run's episodes.csv, which holds every episode: reading recomputes them.
+A run writes `train.csv` (one row of ~25 diagnostics per iteration, among them
+the iteration's episode statistics), `eval.csv` and `episodes.csv` (one row per
+training episode). Packing a suite moves the three logs of each of its complete
+runs into `SUITE/logs/train.parquet`, `eval.parquet` and `episodes.parquet`:
+one table per log with a `run` column (the run's directory below SUITE),
+zstd-compressed, floats stored byte-stream-split. What is stored is what pandas
+reads from the CSV (its columns, their order and dtypes, each value bit for
+bit; an empty cell of a text column comes back as None), checked by reading
+the file back before any CSV is removed, with two exceptions, both for size:
+- episodes.csv keeps each run's last 100 episodes (LAST_EPISODES, CleanRL's
+  last-100 metric and all any reader here reads of it); the earlier episodes
+  are in train.csv only as each iteration's count, mean and std of returns and
+  mean length. A 1M-step MuJoCo run finishes up to ~10,000 episodes, and their
+  returns are full-precision doubles that do not compress: storing each of
+  them took 60% of a packed suite's logs. `benchmarks.reproduce` compares a rerun's
+  last rows with them (and every iteration's statistics in train.csv).
+- the timing columns (wall_time, sps, rollout_time, update_time: seconds
+  measured on a machine the run shared, which `benchmarks.reproduce` does not
+  compare) are stored as float32, the precision every reader reads them at,
+  plain CSV or packed.
 Every reader in the suite (`benchmarks.engine.logger.read_csv_complete_rows`)
 falls back to the nearest `logs/` folder above a run when its CSVs are absent,
 so reports, claims, the regression check and `benchmarks.reproduce` read packed
@@ -32,7 +37,8 @@ its new CSVs, which readers prefer; packing again replaces its stored rows.
 Runs packed by an earlier version of this command as `<name>.csv.gz` are read
 and moved into the suite's file alike. `--unpack` writes every run's CSVs back
 (the same numbers, read back exactly) and removes the suite's `logs/`: for
-editing logs by hand, or copying single runs out of a suite.
+editing logs by hand, or copying single runs out of a suite (episodes.csv then
+holds the last 100 episodes it kept).
 
 Every `.hydra/hydra.yaml` under the suite is removed too: Hydra's own runtime
 settings (launcher, logging, paths of this machine), 4 KB a job, read by nothing
@@ -46,17 +52,14 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.engine.logger import at_timing_precision, episode_statistics, read_csv_complete_rows, timing_columns
-from benchmarks.runs import existing_directory, read_summary
+from benchmarks.engine.logger import at_timing_precision, read_csv_complete_rows, timing_columns
+from benchmarks.runs import LAST_EPISODES, existing_directory, read_summary
 
 PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 SUITE_LOGS = "logs"  # SUITE/logs/<log>.parquet, e.g. logs/train.parquet for the runs' train.csv
 # In the file's schema: {"columns": [[[column, dtype], ...], ...], "runs": {run: index into columns}}: what each
 # stored CSV held (runs of one preset share one list).
 METADATA_KEY = b"benchmarks.pack"
-# train.csv's summary of each iteration's episodes (benchmarks/engine/logger.py episode_statistics): recomputed from
-# episodes.csv on reading, where it recomputes exactly, rather than stored twice ({"derived": {run: columns}})
-EPISODE_STATISTICS = ("episode_return_mean", "episode_return_std", "episode_length_mean")
 
 
 def packed_file(suite_dir: Path, name: str) -> Path:
@@ -109,24 +112,19 @@ def pack_suite(suite_dir: Path, repack: bool = False) -> tuple[int, int]:
                 moved += files
                 packed_runs.add(run)
         gathered[name] = (logs, moved, len(stored))
-    # The three tables change together or not at all: each is written to a temp file and read back (the train
-    # table's recomputed columns from the temp episodes table), and only when all three check are they renamed
-    # into place and their CSVs removed. The train table is written again whenever the episodes table is.
-    episode_logs, episode_files, episode_runs_stored = gathered["episodes.csv"]
-    episodes_changed = bool(episode_files) or len(episode_logs) != episode_runs_stored
+    # The three tables change together or not at all: each is written to a temp file and read back, and only when
+    # all three check are they renamed into place and their CSVs removed.
     written: list[tuple[Path, Path, list[Path]]] = []  # (temp file or None for a table left empty, target, moved)
     try:
-        for name in ("episodes.csv", "eval.csv", "train.csv"):
+        for name in PACKED_LOGS:
             logs, moved, stored_runs = gathered[name]
             target = packed_file(suite_dir, name)
-            if not moved and len(logs) == stored_runs and not repack and not (name == "train.csv" and episodes_changed):
+            if not moved and len(logs) == stored_runs and not repack:
                 continue
             if not logs:
                 written.append((None, target, moved))
                 continue
-            episodes_table = next((tmp for tmp, kept, _ in written if kept.name == "episodes.parquet"), None)
-            written.append((write_suite_log(target, logs, episodes=episode_logs if name == "train.csv" else None,
-                                            episodes_file=episodes_table), target, moved))
+            written.append((write_suite_log(target, logs), target, moved))
     except BaseException:
         for tmp, _, _ in written:
             if tmp is not None:
@@ -147,26 +145,24 @@ def pack_suite(suite_dir: Path, repack: bool = False) -> tuple[int, int]:
     return len(packed_runs), saved
 
 
-def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, episodes_file: Path | None = None) -> Path:
+def write_suite_log(target: Path, logs: dict) -> Path:
     """One Parquet table of every run's frame of one log, written to a temp file beside target and read back and
     compared frame by frame with what was given (exactly: columns, dtypes, every value); returns the temp file, for
-    the caller to rename into place (RuntimeError, the temp file removed, if it does not read back). With
-    `episodes` (the train log's runs' episodes frames, as stored in episodes_file, default the table beside
-    target): a run's episode statistics that recompute exactly from its episodes are not stored, but recomputed
-    on reading."""
+    the caller to rename into place (RuntimeError, the temp file removed, if it does not read back). An episodes
+    table keeps each run's last LAST_EPISODES rows."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     runs = sorted(logs)
-    derived = {run: list(EPISODE_STATISTICS) for run in runs
-               if episodes is not None and run in episodes and recomputes(logs[run], episodes[run])}
+    if target.name == "episodes.parquet":  # each run's last episodes only (the module's docstring says why)
+        logs = {run: frame.tail(LAST_EPISODES).reset_index(drop=True) for run, frame in logs.items()}
     kinds: dict[str, set] = {}
     for run in runs:
         if "run" in logs[run].columns:
             raise ValueError(f"{target.parent.parent / run}: its {target.stem}.csv has a column named 'run', the "
                              f"name the packed table gives its runs; that log was not packed")
-        for column, values in logs[run].drop(columns=derived.get(run, [])).items():
+        for column, values in logs[run].items():
             kinds.setdefault(column, set())
             if values.notna().any():  # an empty or all-missing column is neither text nor numbers
                 kinds[column].add("text" if values.dtype == object or pd.api.types.is_string_dtype(values.dtype)
@@ -175,7 +171,7 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, epis
     if mixed:
         raise ValueError(f"{target.parent.parent}: column {mixed[0]!r} of {target.stem}.csv holds text in one run and "
                          f"numbers in another; that log was not packed (its runs keep their CSVs)")
-    rows = [logs[run].drop(columns=derived.get(run, [])).assign(run=run) for run in runs if len(logs[run])]
+    rows = [logs[run].assign(run=run) for run in runs if len(logs[run])]
     everything = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"run": pd.Series(dtype=str)})
     everything = everything.reindex(columns=["run", *kinds])
     for column in timing_columns(everything):  # read at float32 precision (read_csv_complete_rows): half the bytes
@@ -184,8 +180,7 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, epis
     layouts = {run: [[column, str(dtype)] for column, dtype in logs[run].dtypes.items()] for run in runs}
     distinct = sorted({json.dumps(layout) for layout in layouts.values()})
     described = {"columns": [json.loads(layout) for layout in distinct],
-                 "runs": {run: distinct.index(json.dumps(layout)) for run, layout in layouts.items()},
-                 **({"derived": derived} if derived else {})}
+                 "runs": {run: distinct.index(json.dumps(layout)) for run, layout in layouts.items()}}
     # Only this file's own description in the schema (not pandas' metadata, which names the pandas version): the
     # same logs always pack to the same bytes under one pyarrow version.
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(described, sort_keys=True).encode()})
@@ -195,7 +190,7 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, epis
     pq.write_table(table, tmp, compression="zstd", compression_level=19, use_dictionary=["run"],
                    use_byte_stream_split=floats or False)
     try:
-        stored = read_suite_log(tmp, episodes_file)
+        stored = read_suite_log(tmp)
         assert sorted(stored) == runs, "runs lost in packing"
         for run in runs:
             pd.testing.assert_frame_equal(stored[run], logs[run], check_exact=True)
@@ -205,73 +200,24 @@ def write_suite_log(target: Path, logs: dict, episodes: dict | None = None, epis
     return tmp
 
 
-def episode_statistics_from(train, episodes):
-    """A train log's episode statistics as the trainer computed them (episode_statistics of each iteration's
-    episodes: those logged at its env_steps), from the run's episodes log."""
-    import numpy as np
-    import pandas as pd
-
-    steps = episodes["env_steps"].to_numpy()
-    returns = np.ascontiguousarray(episodes["episode_return"].to_numpy(np.float64))
-    lengths = np.ascontiguousarray(episodes["episode_length"].to_numpy())
-    at = train["env_steps"].to_numpy()
-    starts, ends = np.searchsorted(steps, at, side="left"), np.searchsorted(steps, at, side="right")
-    return pd.DataFrame([episode_statistics(returns[a:b], lengths[a:b]) for a, b in zip(starts, ends)],
-                        columns=["episodes", *EPISODE_STATISTICS], index=train.index)
-
-
-def recomputes(train, episodes) -> bool:
-    """Whether a run's train log's episode statistics are exactly those recomputed from its episodes log: every
-    episode in one iteration's row, the counts equal, every value bit for bit."""
-    import numpy as np
-
-    needed = {"env_steps", "episodes", *EPISODE_STATISTICS}
-    if not needed <= set(train.columns) or not {"env_steps", "episode_return", "episode_length"} <= set(episodes):
-        return False
-    steps = episodes["env_steps"].to_numpy()
-    if len(train) == 0 or np.any(np.diff(steps) < 0) or not set(steps) <= set(train["env_steps"]):
-        return False
-    try:
-        again = episode_statistics_from(train, episodes)
-    except (TypeError, ValueError):
-        return False
-    if not (again["episodes"].to_numpy() == train["episodes"].to_numpy()).all():
-        return False
-    for column in EPISODE_STATISTICS:
-        stored, recomputed = (np.asarray(values, dtype=np.float64) for values in (train[column], again[column]))
-        canonical = [np.where(np.isnan(x), np.nan, x).tobytes() for x in (stored, recomputed)]
-        if train[column].dtype != np.float64 or canonical[0] != canonical[1]:
-            return False
-    return True
-
-
-def read_suite_log(path: Path, episodes_file: Path | None = None) -> dict:
+def read_suite_log(path: Path) -> dict:
     """run -> the DataFrame pandas read from that run's CSV when it was packed (its timing columns at float32
-    precision, as read_csv_complete_rows reads them); a train table's recomputed episode statistics from
-    episodes_file (default: the suite's episodes table beside it). ValueError naming a run whose episodes are
-    missing there."""
+    precision, as read_csv_complete_rows reads them; an episodes table's runs: their last LAST_EPISODES rows)."""
     import pandas as pd
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     described = json.loads(table.schema.metadata[METADATA_KEY])
+    if "derived" in described:  # train statistics recomputed from every episode, which are no longer stored
+        raise ValueError(f"{path}: packed by an earlier version of benchmarks.pack, which kept every episode; unpack "
+                         f"it with that version, then pack it with this one")
     everything = table.replace_schema_metadata(None).to_pandas()
     groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
-    derived = described.get("derived", {})
-    episodes_file = episodes_file or path.with_name("episodes.parquet")
-    episodes = read_suite_log(episodes_file) if derived and episodes_file.is_file() else {}
-    if missing := sorted(set(derived) - set(episodes)):
-        raise ValueError(f"{path}: run {missing[0]}'s episode statistics are recomputed from {episodes_file.name}, "
-                         f"which does not hold its episodes; unpack or repack the suite from its runs' CSVs")
     logs = {}
     for run, layout in described["runs"].items():
         columns = described["columns"][layout]
         if run in groups:
-            frame = groups[run][[column for column, _ in columns if column not in derived.get(run, ())]]
-            frame = frame.reset_index(drop=True)
-            if run in derived:  # the episode statistics the trainer logged, from the episodes it logged
-                frame = frame.join(episode_statistics_from(frame, episodes[run])[derived[run]])
-                frame = frame[[column for column, _ in columns]]
+            frame = groups[run][[column for column, _ in columns]].reset_index(drop=True)
         else:  # a log with a header and no rows
             frame = pd.DataFrame({column: pd.Series(dtype=object) for column, _ in columns})
         logs[run] = at_timing_precision(frame.astype({column: dtype for column, dtype in columns}))
@@ -289,9 +235,8 @@ def read_packed_log(path: Path):
         packed = packed_file(suite_dir, path.name)
         if not packed.is_file():
             continue
-        # the episodes table too: a train table's recomputed columns are read from it
-        signature = tuple((stat.st_ino, stat.st_mtime_ns, stat.st_size) for stat in
-                          (file.stat() for file in (packed, packed.with_name("episodes.parquet")) if file.is_file()))
+        stat = packed.stat()
+        signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if packed not in _suite_cache or _suite_cache[packed][0] != signature:
             _suite_cache[packed] = (signature, read_suite_log(packed))
         frame = _suite_cache[packed][1].get(path.parent.relative_to(suite_dir).as_posix())

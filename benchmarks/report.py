@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
+from benchmarks.runs import eval_curves, existing_directory, group_runs, last_episodes_mean, load_runs
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -85,7 +85,7 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
             "final_mean": finals.mean(), "final_ci_low": low, "final_ci_high": high,
             "final_std": finals.std(), "final_iqm": interquartile_mean(finals),
             "auc_mean": aucs.mean(),
-            "last100_train_mean": np.mean([run["episodes"]["episode_return"].tail(100).mean() for run in group]),
+            "last100_train_mean": np.mean([last_episodes_mean(run) for run in group]),
             "us_per_step": 1e6 * seconds_per_step,
             # a task most of whose runs end at the best any run reached (figures flag it), and the presets whose
             # evaluation curves are this one's in every seed (their lines coincide)
@@ -313,7 +313,7 @@ def draw_published(ax, runs: list[dict]) -> int:
     rows = published_references(runs)
     for row in rows:
         group = [run for run in runs if run["algo"] == row["algo"]]
-        ours = np.array([run["episodes"]["episode_return"].tail(100).mean() for run in group])
+        ours = np.array([last_episodes_mean(run) for run in group])
         x = max(int(run["eval"]["env_steps"].iloc[-1]) for run in group)
         color = algo_color(row["algo"])
         ax.errorbar([x * 1.015], [row["mean"]], yerr=[row["std"]], fmt="*", color="#777777", markersize=9,

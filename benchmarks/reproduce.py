@@ -7,7 +7,8 @@
 For each run directory the config stored in its summary.json is trained again
 (in a temporary directory, with the current code; a seed of a batch in its batch,
 see Reruns), and train.csv, eval.csv and
-episodes.csv are compared cell by cell, timing columns excepted. Prints, per
+episodes.csv are compared cell by cell, timing columns excepted (of a packed
+run's episodes, the last 100 that its suite keeps). Prints, per
 file, the number of rows and whether every number is identical; otherwise the
 first differing row and column and the largest relative difference. Exit
 status 1 if any run differs (so a performance change that must not change
@@ -35,7 +36,7 @@ from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_late
 from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
 from benchmarks.engine.trainer import train
-from benchmarks.runs import existing_directory, group_runs, load_runs
+from benchmarks.runs import LAST_EPISODES, existing_directory, group_runs, load_runs
 
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 
@@ -45,6 +46,10 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
     lines = []
     for name in COMPARED_LOGS:
         stored, new = read_csv_complete_rows(stored_dir / name), read_csv_complete_rows(new_dir / name)
+        kept = ""
+        if name == "episodes.csv" and len(stored) == LAST_EPISODES < len(new):  # a packed run's last episodes
+            kept = f" (the last {len(stored)} of the rerun's {len(new)}: all a packed suite keeps)"
+            new = new.tail(len(stored)).reset_index(drop=True)
         columns = [c for c in stored.columns if c not in TIMING_COLUMNS]
         # a statistic logged since the run was made (a column only the rerun has) changes no stored number
         added = [c for c in new.columns if c not in stored.columns]
@@ -55,7 +60,7 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
         a, b = stored[columns].to_numpy(float), new[columns].to_numpy(float)
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         if same.all():
-            lines.append(f"same {name}: {len(stored)} rows, every number identical"
+            lines.append(f"same {name}: {len(stored)} rows{kept}, every number identical"
                          + (f" (the rerun also logs {', '.join(added)}, added since)" if added else ""))
             continue
         row, col = np.argwhere(~same)[0]

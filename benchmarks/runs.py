@@ -18,6 +18,9 @@ LOCK_FILE = ".lock"
 
 # What the readers of a run take from its summary.json
 REQUIRED_SUMMARY_KEYS = ("status", "env", "algo", "seed", "env_steps", "sps", "config")
+# CleanRL's metric: the mean return of a run's last 100 training episodes (also all a packed suite keeps of its
+# episodes log, benchmarks/pack.py)
+LAST_EPISODES = 100
 
 
 def existing_directory(text: str) -> Path:
@@ -63,6 +66,11 @@ def numeric_log(path: Path, columns: tuple[str, ...]):
         if not pd.api.types.is_numeric_dtype(log[column]):
             raise ValueError(f"{path.name}: column {column} is not numeric (damaged rows)")
     return log
+
+
+def last_episodes_mean(run: dict) -> float:
+    """A run's mean return over its last LAST_EPISODES training episodes (CleanRL's metric)."""
+    return float(run["episodes"]["episode_return"].tail(LAST_EPISODES).mean())
 
 
 def eval_curves(group: list[dict]) -> pd.DataFrame:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
+from benchmarks.runs import eval_curves, existing_directory, group_runs, last_episodes_mean, load_runs
 from benchmarks.tuning import training_seconds
 
 
@@ -40,7 +40,7 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for (env, algo), group in group_runs(runs).items():
         final_eval = [run["eval"]["eval_return_mean"].iloc[-1] for run in group]
-        last100 = [run["episodes"]["episode_return"].tail(100).mean() for run in group]
+        last100 = [last_episodes_mean(run) for run in group]
         rows.append({
             "env": env, "algo": algo, "seeds": " ".join(str(r["seed"]) for r in group),
             "env_steps": group[0]["env_steps"],

@@ -107,7 +107,7 @@ def test_text_and_numbers_in_one_column_are_refused_in_one_line(tmp_path, capsys
     write_run(suite / "a" / "seed1", 1, extra={"note": 3.5})
     pack_main([str(suite)])
     out = capsys.readouterr().out
-    assert "column 'note' of episodes.csv holds text in one run and numbers in another; that log was not packed" in out
+    assert "column 'note' of train.csv holds text in one run and numbers in another; that log was not packed" in out
     assert (suite / "a" / "seed0" / "train.csv").exists() and (suite / "a" / "seed1" / "train.csv").exists()
 
 
@@ -191,35 +191,51 @@ def write_trained_run(run_dir, seed, returns_per_iteration):
     episodes.close()
 
 
-def test_episode_statistics_are_recomputed_from_the_episodes_not_stored_twice(tmp_path):
+def test_a_packed_run_keeps_its_last_100_episodes_and_its_train_statistics(tmp_path):
     import pyarrow.parquet as pq
 
     suite = tmp_path / "suite"
-    runs = [suite / "Hopper" / "ppo" / f"seed{seed}" for seed in (0, 1, 2)]
-    for seed, run_dir in enumerate(runs):
-        write_trained_run(run_dir, seed, [0, 7, 1, 12, 0, 3])
-    # seed2's train.csv was edited by hand: one mean one unit in the last place off; it keeps its own numbers
-    tampered = read_csv_complete_rows(runs[2] / "train.csv")
-    tampered.loc[1, "episode_return_mean"] = np.nextafter(tampered.loc[1, "episode_return_mean"], np.inf)
-    tampered.to_csv(runs[2] / "train.csv", index=False)
+    runs = [suite / "Hopper" / "ppo" / f"seed{seed}" for seed in (0, 1)]
+    write_trained_run(runs[0], 0, [0, 70, 1, 52, 0, 3])  # 126 episodes: the first 26 are not kept
+    write_trained_run(runs[1], 1, [40, 0, 9])  # 49: every one kept
     before = read_all(runs)
-    assert before[(runs[2], "train.csv")].loc[1, "episode_return_mean"] == tampered.loc[1, "episode_return_mean"]
+    episodes = before[(runs[0], "episodes.csv")]
+    assert len(episodes) == 126
 
     pack_main([str(suite)])
 
-    table = pq.read_table(suite / "logs" / "train.parquet")
-    described = json.loads(table.schema.metadata[b"benchmarks.pack"])
-    episode_columns = ["episode_return_mean", "episode_return_std", "episode_length_mean"]
-    assert described["derived"] == {f"Hopper/ppo/seed{seed}": episode_columns for seed in (0, 1)}
-    stored = table.to_pandas()
-    assert stored.loc[stored["run"] != "Hopper/ppo/seed2", episode_columns].isna().all().all()
-    assert str(table.schema.field("wall_time").type) == "float"  # float32
-    assert_same(before, read_all(runs))
+    after = read_all(runs)
+    pd.testing.assert_frame_equal(after[(runs[0], "episodes.csv")], episodes.tail(100).reset_index(drop=True),
+                                  check_exact=True)
+    assert_same({key: frame for key, frame in before.items() if key != (runs[0], "episodes.csv")},
+                {key: frame for key, frame in after.items() if key != (runs[0], "episodes.csv")})
+    stored = pq.read_table(suite / "logs" / "train.parquet").to_pandas()  # every iteration's statistics, stored
+    assert stored["episode_return_mean"].notna().sum() == 4 + 2
+    assert str(pq.read_schema(suite / "logs" / "train.parquet").field("wall_time").type) == "float"  # float32
 
     pack_main(["--unpack", str(suite)])
-    for run_dir in runs:
-        unpacked = pd.read_csv(run_dir / "train.csv", float_precision="round_trip")
-        pd.testing.assert_frame_equal(unpacked, before[(run_dir, "train.csv")], check_exact=True)
+    unpacked = pd.read_csv(runs[0] / "episodes.csv", float_precision="round_trip")
+    pd.testing.assert_frame_equal(unpacked, episodes.tail(100).reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_csv(runs[0] / "train.csv", float_precision="round_trip"),
+                                  before[(runs[0], "train.csv")], check_exact=True)
+
+
+def test_a_table_packed_with_every_episode_by_an_earlier_version_is_named_in_one_line(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    suite = tmp_path / "suite"
+    write_trained_run(suite / "seed0", 0, [3, 2])
+    pack_main([str(suite)])
+    table = pq.read_table(suite / "logs" / "train.parquet")
+    described = json.loads(table.schema.metadata[b"benchmarks.pack"])
+    described["derived"] = {"seed0": ["episode_return_mean"]}  # how that version marked recomputed columns
+    pq.write_table(table.replace_schema_metadata({b"benchmarks.pack": json.dumps(described).encode()}),
+                   suite / "logs" / "train.parquet")
+    capsys.readouterr()
+    pack_main(["--repack", str(suite)])
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"not packed: {suite / 'logs' / 'train.parquet'}: packed by an earlier version of benchmarks.pack, which "
+        f"kept every episode; unpack it with that version, then pack it with this one")
 
 
 def test_numpy_and_torch_scalars_are_logged_as_the_numbers_they_are(tmp_path):
@@ -255,9 +271,9 @@ def test_a_pack_that_fails_part_way_changes_no_table_and_no_csv(tmp_path, capsys
 
 
 def test_a_train_table_follows_an_episodes_log_that_changed_and_old_tables_repack(tmp_path):
-    """A run's episodes.csv written again while its train log stays packed: the train table is written again with
-    it (its statistics now stored, no longer recomputing), in the same process that read it before. A table
-    packed before timings were stored as float32 (float64 there) reads at float32 precision and repacks."""
+    """A run's episodes.csv written again while its logs stay packed: its new rows are read, in the same process
+    that read the old ones, and packing again stores them. A table packed before timings were stored as float32
+    (float64 there) reads at float32 precision and repacks."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -271,8 +287,6 @@ def test_a_train_table_follows_an_episodes_log_that_changed_and_old_tables_repac
     episodes.to_csv(suite / "seed0" / "episodes.csv", index=False)
     pack_main([str(suite)])
     assert_same(before | {(suite / "seed0", "episodes.csv"): episodes}, read_all([suite / "seed0"]))
-    described = json.loads(pq.read_schema(suite / "logs" / "train.parquet").metadata[b"benchmarks.pack"])
-    assert "derived" not in described
 
     old = pq.read_table(suite / "logs" / "train.parquet")  # as an earlier version stored it: float64 timings
     old = old.set_column(old.schema.get_field_index("wall_time"), "wall_time",

@@ -171,3 +171,22 @@ def test_a_population_run_is_rerun_compiled_or_eager_as_it_was_made(make_config,
     out = capsys.readouterr().out
     assert same.value.code == 0 and "1 of 1 runs reproduce every logged number" in out, out
     assert "note:" not in out  # a population of one is retrained as one, without a note
+
+
+def test_a_packed_run_is_compared_on_the_last_100_episodes_its_suite_keeps(make_config, tmp_path, capsys):
+    from benchmarks.pack import main as pack_main
+
+    run_dir = tmp_path / "suite" / "CartPole" / "ppo" / "seed0"
+    train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "total_steps=6144", "algo.lr=1e-5",
+                       *QUIET]), run_dir)  # hardly learning: short episodes
+    episodes = (run_dir / "episodes.csv").read_text().count("\n") - 1
+    assert episodes > 100  # CartPole's first episodes last ~20 steps
+    pack_main([str(tmp_path / "suite")])
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as same:
+        reproduce_main([str(run_dir)])
+    out = capsys.readouterr().out
+    assert same.value.code == 0, out
+    assert (f"same episodes.csv: 100 rows (the last 100 of the rerun's {episodes}: all a packed suite keeps), every "
+            f"number identical") in out

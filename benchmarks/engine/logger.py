@@ -165,9 +165,8 @@ def at_timing_precision(frame):
 
 
 def episode_statistics(returns, lengths) -> dict:
-    """train.csv's summary of the episodes an iteration finished (NaN where it finished none). Written once:
-    benchmarks.pack recomputes these columns from episodes.csv, which holds each episode, instead of storing them
-    twice."""
+    """train.csv's summary of the episodes an iteration finished (NaN where it finished none): what a packed suite
+    keeps of the episodes before each run's last 100 (benchmarks/pack.py)."""
     return {"episodes": len(returns),
             "episode_return_mean": float(np.mean(returns)) if len(returns) else float("nan"),
             "episode_return_std": float(np.std(returns)) if len(returns) else float("nan"),
