@@ -168,12 +168,8 @@ class RunningMeanStd:
             batch_mean, batch_var = batch[0], np.zeros_like(batch[0])
         else:
             batch_mean, batch_var = batch.mean(axis=0), batch.var(axis=0)
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean = self.mean + delta * batch_count / total
-        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
-        self.var = m2 / total
-        self.count = total
+        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, batch_mean, batch_var,
+                                                        batch_count)
 
     def state_dict(self) -> dict:
         # Tensors, not numpy arrays: checkpoints then load with torch.load(weights_only=True).
@@ -183,6 +179,16 @@ class RunningMeanStd:
         self.mean = np.asarray(state["mean"], np.float64).copy()
         self.var = np.asarray(state["var"], np.float64).copy()
         self.count = float(state["count"])
+
+
+def merge_moments(mean, var, count, batch_mean, batch_var, batch_count):
+    """(mean, var, count) of the data behind (mean, var, count) and a batch's (mean, var, count): the parallel
+    merge of Chan et al.; elementwise, so a population's statistics merge with a seed axis."""
+    delta = batch_mean - mean
+    total = count + batch_count
+    new_mean = mean + delta * batch_count / total
+    m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
+    return new_mean, m2 / total, total
 
 
 def clip_symmetric(x: np.ndarray, bound: float) -> np.ndarray:

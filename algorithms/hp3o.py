@@ -211,7 +211,7 @@ class HP3O(PPO):
 
     # -- stitching rollouts into episodes -------------------------------------
 
-    def ingest(self, rollout: Rollout, iteration: int) -> list[Trajectory]:
+    def ingest(self, rollout: Rollout, iteration: int) -> None:
         """Append the rollout's valid rows to each env's episode; push the episodes that ended.
 
         Reset rows (valid False) never enter: they belong to no episode. An episode
@@ -240,12 +240,11 @@ class HP3O(PPO):
                 if tail["obs"].shape[0] > 0:
                     self.partial_episodes[env] = self.join_steps(self.partial_episodes[env], tail)
         if not episodes:
-            return []
+            return
         episodes.sort(key=lambda episode: (episode.end_row, episode.env))  # push in order of completion
         targets = trajectory_gae([e.steps["rewards"] for e in episodes], [e.steps["values"] for e in episodes],
                                  [e.bootstrap_value for e in episodes], [e.terminated for e in episodes],
                                  self.cfg.gamma, self.cfg.gae_lambda)
-        completed = []
         for episode, (advantages, returns) in zip(episodes, targets):
             steps = episode.steps
             trajectory = Trajectory(
@@ -256,8 +255,6 @@ class HP3O(PPO):
                 bootstrap_value=episode.bootstrap_value, completed_at=iteration,
             )
             self.buffer.push(trajectory)
-            completed.append(trajectory)
-        return completed
 
     @staticmethod
     def rows(rollout: Rollout, env: int, start: int, stop: int, iteration: int) -> dict[str, torch.Tensor]:

@@ -12,10 +12,10 @@ from benchmarks.engine.validate import (
     ENV_HPARAM_RULES,
     ConfigError,
     config_rules,
-    leaf_keys,
     validate_config,
 )
 from algorithms.schema import Before, PositiveInt, one_of, positive_int
+from benchmarks.engine.logger import flatten
 from tests.conftest import ROOT
 
 ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
@@ -30,7 +30,7 @@ def test_every_key_of_every_config_has_a_rule_and_every_shipped_config_passes(al
         data = OmegaConf.to_container(cfg, resolve=True)
         ruled = {rule[0] for rule in config_rules(data)}
         ruled |= {rule[0] for rule in ENV_HPARAM_RULES.values()} | {"algo.algorithm"}
-        unchecked = [key for key in leaf_keys(data)
+        unchecked = [key for key in flatten(data)
                      if not any(key == r or key.startswith(r + ".") for r in ruled)]
         assert not unchecked, f"algo={algo} env={env}: keys without a validation rule: {unchecked}"
 

@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
-from algorithms.core import ObservationNormalizer, RewardScaler, Rollout
+from algorithms.core import ObservationNormalizer, RewardScaler, Rollout, clip_symmetric, merge_moments
 from algorithms.population import EagerPopulation, PopulationBatch
 from benchmarks import numerics
 from benchmarks.engine.checkpoint import (
@@ -502,15 +502,6 @@ class LockstepStatistics:
             scaler.rms.count = float(self.return_count[index])
             scaler.discounted_return = self.discounted_return[index].copy()
 
-    @staticmethod
-    def merge(mean, var, count, batch_mean, batch_var, batch_count):
-        """RunningMeanStd.update's parallel merge, elementwise over seeds (batch_count 0: unchanged)."""
-        delta = batch_mean - mean
-        total = count + batch_count
-        new_mean = mean + delta * batch_count / total
-        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
-        return new_mean, m2 / total, total
-
     def normalize(self, raw_obs: np.ndarray, active: np.ndarray) -> np.ndarray:
         """ObservationNormalizer(raw_obs, update=True) per seed: raw_obs [seeds, envs, obs] -> float32."""
         if not self.normalize_obs:
@@ -521,12 +512,12 @@ class LockstepStatistics:
         else:
             batch_mean, batch_var = raw_obs.mean(axis=1), raw_obs.var(axis=1)
         on = active[:, None]
-        mean, var, count = self.merge(self.obs_mean, self.obs_var, self.obs_count[:, None], batch_mean, batch_var,
-                                      num_envs)
+        mean, var, count = merge_moments(self.obs_mean, self.obs_var, self.obs_count[:, None], batch_mean, batch_var,
+                                         num_envs)
         self.obs_mean, self.obs_var = np.where(on, mean, self.obs_mean), np.where(on, var, self.obs_var)
         self.obs_count = np.where(active, count[:, 0], self.obs_count)
         normalized = (raw_obs - self.obs_mean[:, None, :]) / np.sqrt(self.obs_var[:, None, :] + self.obs_epsilon)
-        return np.minimum(np.maximum(normalized, -self.obs_clip), self.obs_clip).astype(np.float32)
+        return clip_symmetric(normalized, self.obs_clip).astype(np.float32)
 
     def scale(self, rewards: np.ndarray, episode_ended: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """RewardScaler(rewards, episode_ended, valid) per seed, on [seeds, envs] arrays."""
@@ -537,15 +528,15 @@ class LockstepStatistics:
         safe = np.maximum(counts, 1)
         batch_mean = np.where(valid, self.discounted_return, 0.0).sum(axis=1) / safe
         batch_var = np.where(valid, (self.discounted_return - batch_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe
-        mean, var, count = self.merge(self.return_mean, self.return_var, self.return_count, batch_mean, batch_var,
-                                      counts)
+        mean, var, count = merge_moments(self.return_mean, self.return_var, self.return_count, batch_mean, batch_var,
+                                         counts)
         some = counts > 0
         self.return_mean = np.where(some, mean, self.return_mean)
         self.return_var = np.where(some, var, self.return_var)
         self.return_count = np.where(some, count, self.return_count)
         scaled = rewards / np.sqrt(self.return_var[:, None] + self.reward_epsilon)
         self.discounted_return = np.where(episode_ended, 0.0, self.discounted_return)
-        return np.minimum(np.maximum(scaled, -self.reward_clip), self.reward_clip)
+        return clip_symmetric(scaled, self.reward_clip)
 
 
 class PerSeedStatistics:

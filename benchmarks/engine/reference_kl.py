@@ -17,7 +17,8 @@ return stays the score alone (what the reward model said); train.csv gets `kl_to
 mean KL estimate of the responses that ended in the rollout) and `kl_coef` (beta as used in it).
 
 whiten_rewards (TRL's option of that name, off by default): the rollout's shaped rewards are
-divided by their standard deviation over valid steps (not shifted) before the advantages.
+scaled to unit standard deviation over valid steps, their mean kept ((x - mean) / std + mean),
+before the advantages.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from algorithms.schema import (
     positive_int,
     rules_of_schema,
 )
+from benchmarks.engine.logger import flatten
 
 
 def seed_dir(seed, seeds) -> str:
@@ -269,15 +270,6 @@ def validate_config(cfg: DictConfig) -> None:
 HELPER_KEYS = {"ci_budget"}  # conf/experiment/regression_ci.yaml: per-task budget of the CI suite
 
 
-def leaf_keys(node: dict, prefix: str = ""):
-    """Dotted keys of every non-mapping value."""
-    for key, value in node.items():
-        if isinstance(value, dict):
-            yield from leaf_keys(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}"
-
-
 def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
     """A key no rule knows is a typo (`+algo.clip_coeff=0.1`) or belongs to no algorithm here: refused,
     never silently ignored. env.hparams.* and env.tuned.* are checked where they are read."""
@@ -286,7 +278,7 @@ def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
     blocks = {key for key in ruled if any(other.startswith(key + ".") for other in ruled)}
     known = (ruled - blocks) | {"env.hparams"} | HELPER_KEYS
     errors = []
-    for key in leaf_keys(data):
+    for key in flatten(data):  # dotted keys of every non-mapping value
         if not any(key == k or key.startswith(k + ".") for k in known):
             section = key.rsplit(".", 1)[0] if "." in key else None
             siblings = sorted(k.rsplit(".", 1)[1] for k in known if section and k.startswith(section + ".")
