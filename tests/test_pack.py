@@ -296,3 +296,14 @@ def test_a_train_table_follows_an_episodes_log_that_changed_and_old_tables_repac
         float(np.float32(1 / 3)), float(np.float32(2 / 3))]
     pack_main(["--repack", str(suite)])
     assert str(pq.read_schema(suite / "logs" / "train.parquet").field("wall_time").type) == "float"
+
+
+def test_every_committed_packed_table_reads_with_this_version():
+    """A change of the packed form must repack every committed table (results/runs, the CI reference, the
+    verdicts' runs): a table this version cannot read leaves its runs out of every report and check."""
+    from tests.conftest import ROOT
+
+    tables = sorted((ROOT / "results").rglob("logs/*.parquet"))
+    assert len(tables) >= 3 * 20
+    for table in tables:
+        assert read_suite_log(table), table
