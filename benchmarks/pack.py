@@ -14,9 +14,9 @@ reads from the CSV (its columns, their order and dtypes, each value bit for
 bit; an empty cell of a text column comes back as None), checked by reading
 the file back before any CSV is removed, with two exceptions, both for size:
 - episodes.csv keeps each run's last 100 episodes (LAST_EPISODES, CleanRL's
-  last-100 metric and all any reader here reads of it); the earlier episodes
+  last-100 metric and all any reader of stored runs reads of it); the earlier episodes
   are in train.csv only as each iteration's count, mean and std of returns and
-  mean length. A 1M-step MuJoCo run finishes up to ~10,000 episodes, and their
+  mean length. A 1M-step MuJoCo run finishes up to ~14,000 episodes, and their
   returns are full-precision doubles that do not compress: storing each of
   them took 60% of a packed suite's logs. `benchmarks.reproduce` compares a rerun's
   last rows with them (and every iteration's statistics in train.csv).
@@ -208,9 +208,9 @@ def read_suite_log(path: Path) -> dict:
 
     table = pq.read_table(path)
     described = json.loads(table.schema.metadata[METADATA_KEY])
-    if "derived" in described:  # train statistics recomputed from every episode, which are no longer stored
-        raise ValueError(f"{path}: packed by an earlier version of benchmarks.pack, which kept every episode; unpack "
-                         f"it with that version, then pack it with this one")
+    if "derived" in described:  # train statistics to recompute from every episode: a form this version never writes
+        raise ValueError(f"{path}: its train statistics are to be recomputed from every episode, a form this "
+                         f"benchmarks.pack does not read; unpack it with the one of commit c282045b, then pack it")
     everything = table.replace_schema_metadata(None).to_pandas()
     groups = dict(iter(everything.groupby("run", sort=False, observed=True)))
     logs = {}
@@ -300,7 +300,11 @@ def main(argv: list[str] | None = None) -> None:
         if not args.suites:
             parser.error("--unpack needs the suite directories to unpack")
         for suite_dir in args.suites:
-            written, gone = unpack_suite(suite_dir)
+            try:
+                written, gone = unpack_suite(suite_dir)
+            except ValueError as error:  # a table this version cannot read: it stays as it is
+                print(f"not unpacked: {error}")
+                continue
             print(f"{suite_dir}: {written} runs unpacked"
                   + (f"; {len(gone)} packed runs have no directory any more, their rows dropped: {', '.join(gone)}"
                      if gone else ""))

@@ -36,9 +36,15 @@ from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_late
 from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
 from benchmarks.engine.trainer import train
-from benchmarks.runs import LAST_EPISODES, existing_directory, group_runs, load_runs
+from benchmarks.runs import existing_directory, group_runs, load_runs
 
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
+
+
+def stored_episodes(run_dir: Path) -> int:
+    """How many episodes the run finished, by its train.csv (its episodes.csv may hold only the last of them)."""
+    train = read_csv_complete_rows(run_dir / "train.csv")
+    return int(train["episodes"].sum()) if "episodes" in train.columns else 0
 
 
 def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
@@ -47,7 +53,8 @@ def compare_logs(stored_dir: Path, new_dir: Path) -> list[str]:
     for name in COMPARED_LOGS:
         stored, new = read_csv_complete_rows(stored_dir / name), read_csv_complete_rows(new_dir / name)
         kept = ""
-        if name == "episodes.csv" and len(stored) == LAST_EPISODES < len(new):  # a packed run's last episodes
+        if name == "episodes.csv" and len(stored) < min(len(new), stored_episodes(stored_dir)):
+            # a packed run keeps its last episodes; train.csv, compared above, holds every iteration's statistics
             kept = f" (the last {len(stored)} of the rerun's {len(new)}: all a packed suite keeps)"
             new = new.tail(len(stored)).reset_index(drop=True)
         columns = [c for c in stored.columns if c not in TIMING_COLUMNS]

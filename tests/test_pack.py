@@ -12,7 +12,7 @@ import pytest
 from benchmarks.engine.logger import CSVLog, episode_statistics, read_csv_complete_rows
 from benchmarks.pack import main as pack_main
 from benchmarks.pack import read_suite_log
-from benchmarks.runs import load_runs
+from benchmarks.runs import LAST_EPISODES, load_runs
 
 LOGS = ("train.csv", "eval.csv", "episodes.csv")
 
@@ -181,7 +181,7 @@ def write_trained_run(run_dir, seed, returns_per_iteration):
         (run_dir / name).unlink()
     train, episodes = CSVLog(run_dir / "train.csv"), CSVLog(run_dir / "episodes.csv")
     for iteration, count in enumerate(returns_per_iteration, start=1):
-        returns = list(rng.normal(1000.0, 300.0, count))  # sums that round differently in another order
+        returns = list(rng.normal(1000.0, 300.0, count))
         lengths = [int(n) for n in rng.integers(1, 1000, count)]
         for ret, length in zip(returns, lengths):
             episodes.write({"env_steps": 2048 * iteration, "episode_return": ret, "episode_length": length})
@@ -220,7 +220,7 @@ def test_a_packed_run_keeps_its_last_100_episodes_and_its_train_statistics(tmp_p
                                   before[(runs[0], "train.csv")], check_exact=True)
 
 
-def test_a_table_packed_with_every_episode_by_an_earlier_version_is_named_in_one_line(tmp_path, capsys):
+def test_a_table_whose_train_statistics_recompute_from_every_episode_is_named_in_one_line(tmp_path, capsys):
     import pyarrow.parquet as pq
 
     suite = tmp_path / "suite"
@@ -228,14 +228,14 @@ def test_a_table_packed_with_every_episode_by_an_earlier_version_is_named_in_one
     pack_main([str(suite)])
     table = pq.read_table(suite / "logs" / "train.parquet")
     described = json.loads(table.schema.metadata[b"benchmarks.pack"])
-    described["derived"] = {"seed0": ["episode_return_mean"]}  # how that version marked recomputed columns
+    described["derived"] = {"seed0": ["episode_return_mean"]}  # how that form marked recomputed columns
     pq.write_table(table.replace_schema_metadata({b"benchmarks.pack": json.dumps(described).encode()}),
                    suite / "logs" / "train.parquet")
     capsys.readouterr()
     pack_main(["--repack", str(suite)])
     assert capsys.readouterr().out.splitlines()[0] == (
-        f"not packed: {suite / 'logs' / 'train.parquet'}: packed by an earlier version of benchmarks.pack, which "
-        f"kept every episode; unpack it with that version, then pack it with this one")
+        f"not packed: {suite / 'logs' / 'train.parquet'}: its train statistics are to be recomputed from every "
+        f"episode, a form this benchmarks.pack does not read; unpack it with the one of commit c282045b, then pack it")
 
 
 def test_numpy_and_torch_scalars_are_logged_as_the_numbers_they_are(tmp_path):
@@ -270,7 +270,7 @@ def test_a_pack_that_fails_part_way_changes_no_table_and_no_csv(tmp_path, capsys
     read_all([suite / "seed0", suite / "seed2"])  # every log still reads
 
 
-def test_a_train_table_follows_an_episodes_log_that_changed_and_old_tables_repack(tmp_path):
+def test_a_rewritten_episodes_log_is_read_and_repacked_and_old_tables_repack(tmp_path):
     """A run's episodes.csv written again while its logs stay packed: its new rows are read, in the same process
     that read the old ones, and packing again stores them. A table packed before timings were stored as float32
     (float64 there) reads at float32 precision and repacks."""
@@ -306,4 +306,7 @@ def test_every_committed_packed_table_reads_with_this_version():
     tables = sorted((ROOT / "results").rglob("logs/*.parquet"))
     assert len(tables) >= 3 * 20
     for table in tables:
-        assert read_suite_log(table), table
+        logs = read_suite_log(table)
+        assert logs, table
+        if table.name == "episodes.parquet":
+            assert max(len(frame) for frame in logs.values()) <= LAST_EPISODES, table
