@@ -613,3 +613,37 @@ def test_the_reward_model_prefers_the_held_out_chosen_response(task, accuracy):
     facts = json.loads((model_dir(task, "reward_model") / "build.json").read_text())
     assert facts["held_out_pairs"] >= 1000
     assert facts["held_out_accuracy"] >= accuracy
+
+
+def test_every_model_ships_in_the_repository_under_its_current_fingerprint():
+    # A fresh clone trains at once on the committed weights; a change to a task or a build names a new model,
+    # and this asks for it to be shipped (else every fresh machine builds it and the committed runs' models go stale).
+    from benchmarks.rlhf.models import BUILDS, SHIPPED, TASKS, build_name
+
+    for task in TASKS:
+        for what in BUILDS:
+            name = build_name(task, what)
+            assert (SHIPPED / task / name / "build.json").exists(), (
+                f"{task} {what}: no shipped build {name}; run python -m benchmarks.rlhf.models --ship and commit it")
+            assert model_dir(task, what) == SHIPPED / task / name
+            assert [path.name for path in (SHIPPED / task).glob(f"{what}-*")] == [name], "stale shipped builds"
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+def test_a_build_is_byte_identical_when_repeated(monkeypatch, tmp_path):
+    # The build itself, on a tiny recipe (a new fingerprint, so nothing shipped answers): twice, into two caches,
+    # the same bytes.
+    from benchmarks.rlhf import models
+
+    monkeypatch.setitem(models.REFERENCE_TRAINING, "examples", 64)
+    monkeypatch.setitem(models.REFERENCE_TRAINING, "steps", 3)
+    monkeypatch.setitem(models.REWARD_TRAINING, "pairs", 64)
+    monkeypatch.setitem(models.REWARD_TRAINING, "held_out", 16)
+    monkeypatch.setitem(models.REWARD_TRAINING, "steps", 3)
+    weights = []
+    for cache in ("first", "second"):
+        monkeypatch.setenv("RLHF_CACHE", str(tmp_path / cache))
+        built = [model_dir("arithmetic", what) for what in models.BUILDS]
+        assert all(path.is_relative_to(tmp_path / cache) for path in built)
+        weights.append([(path / "model.safetensors").read_bytes() for path in built])
+    assert weights[0] == weights[1]

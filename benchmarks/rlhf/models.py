@@ -1,6 +1,7 @@
 """The RLHF tasks' models, built by committed code and cached: tokenizer, reference model, reward model.
 
     python -m benchmarks.rlhf.models --task praise        # builds what is missing, prints where it is
+    python -m benchmarks.rlhf.models --ship               # after a change to a task or a build: into git
 
 Everything is a Hugging Face `transformers` object, so the same code loads a real checkpoint
 (`from_pretrained` on any GPT-2-style directory) when one is at hand:
@@ -16,11 +17,12 @@ Everything is a Hugging Face `transformers` object, so the same code loads a rea
                      Ouyang et al. 2022); it scores the last non-padding token. Its scores on the
                      reference's responses to held-out prompts give the mean and std the env normalises by
 
-Built deterministically (fixed seeds, one thread) in about a minute each on one core, into
-`.cache/rlhf/<task>/<what>-<fingerprint>/` (RLHF_CACHE overrides the root); the fingerprint
-hashes the recipe, the model size and the source code of the task and of the build, so a change
-to any of them builds anew. Parallel jobs that need
-the same model wait on a file lock while the first builds it. Dropout is 0 in every model: the PPO
+Built deterministically (fixed seeds, one thread) in one to three minutes each on one core. The
+builds the committed runs used ship in the repository (benchmarks/rlhf/shipped/<task>/<what>-<fingerprint>/);
+the fingerprint hashes the recipe, the model size and the source code of the task and of the build,
+so a change to any of them names a model that is not shipped: it is built into
+`.cache/rlhf/<task>/` (RLHF_CACHE overrides the root), parallel jobs that need it waiting on a file
+lock while the first builds it, and `--ship` copies it into the repository. Dropout is 0 in every model: the PPO
 ratio compares log-probabilities of the same network before and after an update.
 """
 
@@ -32,6 +34,7 @@ import hashlib
 import inspect
 import json
 import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -52,6 +55,12 @@ RECIPE_VERSION = 3  # raise when the build changes in a way the fingerprint's in
 MODEL_SIZE = {"n_embd": 32, "n_layer": 2, "n_head": 2}
 REFERENCE_TRAINING = {"examples": 20000, "steps": 1500, "batch_size": 128, "lr": 3e-3, "seed": 0}
 REWARD_TRAINING = {"pairs": 20000, "steps": 1500, "batch_size": 128, "lr": 3e-3, "seed": 1, "held_out": 2000}
+
+
+# The builds the committed runs used, in the repository (about 130 KB each): a fresh clone trains at once, and
+# the same weights on every machine (a rebuild is byte-identical on one machine, but float kernels may differ
+# across CPUs). `python -m benchmarks.rlhf.models --ship` replaces them after a change to a task or a build.
+SHIPPED = Path(__file__).resolve().parent / "shipped"
 
 
 def cache_root() -> Path:
@@ -207,22 +216,33 @@ BUILDS = {
 }
 
 
-def model_dir(task_name: str, what: str) -> Path:
-    """The cached model's directory, built first if it is not there (under a lock: one builder at a time)."""
+def build_name(task_name: str, what: str) -> str:
+    """<what>-<fingerprint>: the fingerprint hashes the source of the task (its corpus, labeller and judge)
+    and of the build, so a change to either names a new model."""
     task = get_task(task_name)
     build, recipe = BUILDS[what]
-    # the source of the task (its corpus, labeller and judge) and of the build: a change to either builds anew
     key = fingerprint(task.name, list(task.vocabulary), task.sequence_length, MODEL_SIZE, what, recipe,
                       inspect.getsource(type(task)), inspect.getsource(build))
-    out_dir = cache_root() / task.name / f"{what}-{key}"
+    return f"{what}-{key}"
+
+
+def model_dir(task_name: str, what: str) -> Path:
+    """The model's directory: the shipped build if its fingerprint is current, else the cached one, built
+    first if it is not there (under a lock: one builder at a time)."""
+    task = get_task(task_name)
+    build, recipe = BUILDS[what]
+    name = build_name(task_name, what)
+    if (SHIPPED / task.name / name / "build.json").exists():
+        return SHIPPED / task.name / name
+    out_dir = cache_root() / task.name / name
     if (out_dir / "build.json").exists():
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(out_dir.parent / f".{what}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out_dir / "build.json").exists():  # another process may have built it while this one waited
-            print(f"building the {task.name} task's {what.replace('_', ' ')} into {out_dir} (once; about a "
-                  f"minute)", file=sys.stderr)
+            print(f"building the {task.name} task's {what.replace('_', ' ')} into {out_dir} (once; one to three "
+                  f"minutes; --ship puts it in the repository)", file=sys.stderr)
             started = time.perf_counter()
             partial = out_dir.with_name(out_dir.name + ".partial")
             partial.mkdir(exist_ok=True)
@@ -246,10 +266,17 @@ def resolve_init_from(init_from: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rlhf.models", description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=sorted(TASKS) + ["all"], default="all")
+    parser.add_argument("--ship", action="store_true",
+                        help=f"build into the cache and copy into {SHIPPED.relative_to(REPOSITORY)}/ (for git), "
+                             "replacing older shipped builds of the same model")
     args = parser.parse_args(argv)
     for name in sorted(TASKS) if args.task == "all" else [args.task]:
         for what in BUILDS:
             path = model_dir(name, what)
+            if args.ship and not path.is_relative_to(SHIPPED):
+                for old in (SHIPPED / name).glob(f"{what}-*"):
+                    shutil.rmtree(old)
+                path = Path(shutil.copytree(path, SHIPPED / name / path.name))
             facts = json.loads((path / "build.json").read_text())
             extra = f", held-out preference accuracy {facts['held_out_accuracy']:.3f}" if "held_out_accuracy" in facts else ""
             print(f"{name} {what}: {path}{extra}")
