@@ -543,15 +543,16 @@ def test_sigma_eff_refuses_an_lr_it_would_ignore():
                                        "set")
 
 
-def test_the_named_presets_mujoco_search_covers_sigma_eff_from_0_1_to_3():
+@pytest.mark.parametrize("tune, env", [("mujoco_1m", "HalfCheetah"), ("classic_pruned", "CartPole")])
+def test_the_named_presets_pruned_search_covers_sigma_eff_from_0_1_to_3(tune, env):
     from benchmarks.tuning import distribution, tune_config
 
-    sweeper = tune_config("mujoco_1m")["hydra"]["sweeper"]
+    sweeper = tune_config(tune)["hydra"]["sweeper"]
     space = {key: spec for key, spec in sweeper["search_spaces"]["outer_ppo"].items() if spec is not None}
     sigma = distribution("sigma_eff", space["env.tuned.outer_ppo.sigma_eff"])
     assert sigma.low <= 0.1 and sigma.high >= 3.0 and sigma.log
     assert "env.tuned.outer_ppo.outer_lr" not in space  # with sigma_eff set the lr has no effect: not searched
     assert {"env.tuned.outer_ppo.beta1", "env.tuned.outer_ppo.beta2"} <= set(space)  # AdamW's betas searched
-    cfg = make_config("algo=outer_ppo", "env=HalfCheetah", "+tuning=mujoco_1m")
+    cfg = make_config("algo=outer_ppo", f"env={env}", f"+tuning={tune}")
     validate_config(cfg)  # the round's values compose into a valid config: lr 1.0 beside sigma_eff
     assert 0.1 <= cfg.algo.outer_optimizer.sigma_eff <= 3.0 and cfg.algo.outer_optimizer.lr == 1.0

@@ -195,6 +195,22 @@ def test_a_tuning_round_extends_another_with_its_own_budget_storage_and_values()
     assert cfg.algo.lr == values.hparams.lr and cfg.algo.outer_optimizer.lr == values.tuned.outer_ppo.outer_lr
 
 
+@pytest.mark.parametrize("family, pruned, budget", [("mujoco", "mujoco_1m", 1_000_000), ("classic", "classic_pruned", 100_000)])
+def test_a_pruned_round_keeps_its_familys_tasks_and_budget_with_two_seeds_and_equal_env_steps(family, pruned, budget):
+    first, second = (tuning.tune_config(name) for name in (family, pruned))
+    sweeper = second["hydra"]["sweeper"]
+    assert sweeper["tasks"] == first["hydra"]["sweeper"]["tasks"]
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        assert compose("config", overrides=["hydra/sweeper=tune", f"+tune={pruned}"]).total_steps == budget
+    assert sweeper["seeds"] == [1000, 1001] and sweeper["population"]
+    assert tuning.rung_steps(sweeper["pruner"], budget)[:2] == [budget // 9 + 1, 3 * (budget // 9 + 1)]
+    assert sweeper["env_step_budget"] == 10 * 2 * 2 * budget  # ten unpruned trials' worth, the same for every preset
+    assert (sweeper["storage"], sweeper["values_file"]) == (f"sqlite:///results/tuning/{pruned}.db",
+                                                            f"conf/tuning/{pruned}.yaml")
+
+
 @pytest.mark.slow
 def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
     """The Slurm path, locally: each run of a trial is a submitit job in a fresh process."""
