@@ -1,6 +1,7 @@
 """What the papers claim next to what this suite measured, with a verdict against PPO and one against the paper.
 
     python -m benchmarks.claims                      # the tuned suites (TUNED_SUITES under results/runs)
+    python -m benchmarks.claims NEW_SUITE OLD_SUITE  # each row from the first suite that answers it (never pooled)
     python -m benchmarks.claims SUITE_DIR ... --out results/tables --name claims_untuned
 
 Writes results/tables/claims.md and claims.csv. Scores are raw returns per
@@ -45,8 +46,11 @@ GROUP_FAMILIES = {"mujoco": {"mujoco"}, "classic_continuous": {"classic_continuo
                   "rlhf": {"rlhf"}}
 GROUP_TEXT = {"mujoco": "MuJoCo", "classic_continuous": "classic control, continuous",
               "discrete": "classic control, discrete", "rlhf": "token tasks"}
-# The final evaluations of the tuning (docs/tuning.md), each on its family's tuned values; those present are read.
-TUNED_SUITES = ("mujoco_tuned_300k", "classic_tuned", "rlhf")
+# The final evaluations of the tuning (docs/tuning.md), each on its family's tuned values; those present are read,
+# in this order of preference: a claim's rows come from the first suite in which its preset has runs on every task
+# PPO has there in the claim's family (the 1M, 10-seed protocol first; an earlier protocol's suite answers for a
+# preset the newer one has not finished), else from the first suite with any common task. No row mixes suites.
+TUNED_SUITES = ("mujoco_1m", "mujoco_tuned_300k", "classic_10seeds", "classic_tuned", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
 
@@ -283,15 +287,42 @@ def paper_verdict(expects: str | None, row: dict, metric: str) -> str:
     return "consistent" if claimed else "contradicted" if opposite else "not reproduced"
 
 
-COLUMNS = ["paper", "claim", "paper_setting", "paper_effect", "expects", "preset", "group", "metric", "tasks", "seeds",
+COLUMNS = ["paper", "claim", "paper_setting", "paper_effect", "expects", "preset", "group", "metric", "suite", "tasks",
+           "seeds",
            "env_steps", "values_tested", "ppo_values", "study", "ppo_study", "value", "ci_low", "ci_high", "per_task",
            "detectable", "vs_ppo", "vs_paper"]
 
 
-def claims_table(runs: list[dict], claims: list[Claim] = CLAIMS) -> pd.DataFrame:
+def group_tasks(runs: list[dict], algo: str, group: str) -> set[str]:
+    """The group's tasks on which algo has at least MIN_SEEDS complete runs."""
+    runs = [run for run in runs if sampled_or_not_a_token_task(run)]
+    families = task_families(runs)
+    return {task for (task, name), seeds in per_seed_scores(runs, "final").items()
+            if name == algo and in_group(families[task], group) and len(seeds) >= MIN_SEEDS}
+
+
+def preferred_measure(by_suite: dict[str, list[dict]], preset: str, group: str, metric: str) -> dict | None:
+    """measure() on one suite: the first (in the order given) where the preset has runs on every task PPO has there
+    in the group, else the first where the two share a task; the row names its suite."""
+    first = None
+    for suite, runs in by_suite.items():
+        row = measure(runs, preset, group, metric)
+        if row is None:
+            continue
+        row["suite"] = suite
+        if group_tasks(runs, preset, group) >= group_tasks(runs, "ppo", group):
+            return row
+        first = first or row
+    return first
+
+
+def claims_table(runs: list[dict] | dict[str, list[dict]], claims: list[Claim] = CLAIMS) -> pd.DataFrame:
+    """One row per claim that the runs can answer; runs grouped by suite (name -> runs, in order of preference) are
+    never pooled across suites (preferred_measure)."""
+    by_suite = runs if isinstance(runs, dict) else {"": runs}
     rows = []
     for claim in claims:
-        row = measure(runs, claim.preset, claim.group, claim.metric)
+        row = preferred_measure(by_suite, claim.preset, claim.group, claim.metric)
         if row is None:
             continue
         rows.append({"paper": claim.paper, "claim": claim.claim, "paper_setting": claim.setting,
@@ -335,7 +366,7 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
     shown = pd.DataFrame({
         "paper": table["paper"], "claim": table["claim"], "paper's setting": table["paper_setting"],
         "paper's effect": table["paper_effect"], "preset": table["preset"],
-        "family": [GROUP_TEXT[g] for g in table["group"]],
+        "family": [GROUP_TEXT[g] for g in table["group"]], "suite": table["suite"],
         "tasks (seeds, env steps)": [f"{t} ({s}, {b})" for t, s, b in
                                      zip(table["tasks"], table["seeds"], table["env_steps"])],
         "values tested": table["values_tested"],
@@ -349,8 +380,9 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
     return (
         "# Paper claims vs this suite\n\n"
         f"Runs: {sources}; table by `python -m benchmarks.claims {paths}`. "
-        "One row per claim and task family (families are never pooled); * marks a tuning task (its final runs use "
-        "other seeds); values tested: the candidate's values at the keys its study tuned, read from the runs' "
+        "One row per claim and task family (families are never pooled), each from one suite (never pooled either): "
+        "the first listed in which the preset has runs on every task PPO has there in that family, else the first "
+        "with a task in common; * marks a tuning task (its final runs use other seeds); values tested: the candidate's values at the keys its study tuned, read from the runs' "
         "configs.\n\n"
         "Tuning budget per preset (trials x tuning tasks x seeds per trial x env steps per trial; PPO's core tuned "
         "first, each variant's own values on top of it; docs/tuning.md):\n\n"
@@ -384,16 +416,13 @@ def main(argv=None) -> None:
     if greedy := sum(not sampled_or_not_a_token_task(run) for run in runs):
         print(f"left out: {greedy} token-task runs evaluated greedily (made before the sampled evaluation, "
               f"docs/rlhf.md); rerun them to compare presets on token tasks", file=sys.stderr)
-    table = claims_table(runs)
+    table = claims_table({suite.name: suite_runs for suite, suite_runs in by_suite.items()})
     if table.empty:  # nothing to say: the committed table stays as it is
         parser.exit(2, f"{parser.prog}: error: no claim can be checked from {', '.join(map(str, args.suites))} "
                        f"(no complete runs of a preset and of ppo on a common task)\n")
     # The header names the suites whose runs the rows compare (a suite with none, such as token-task runs all left
     # out, changes nothing), so that the named command remakes the table.
-    compared = {(task.rstrip("*"), algo) for _, row in table.iterrows() for task in row["tasks"].split(", ")
-                for algo in (row["preset"], "ppo")}
-    suites = [suite for suite, suite_runs in by_suite.items()
-              if any((run["env"], run["algo"]) in compared and sampled_or_not_a_token_task(run) for run in suite_runs)]
+    suites = [suite for suite in by_suite if suite.name in set(table["suite"])]
     args.out.mkdir(parents=True, exist_ok=True)
     table[COLUMNS].round(6).to_csv(args.out / f"{args.name}.csv", index=False)
     text = claims_markdown(table, suites)

@@ -83,6 +83,28 @@ def test_families_are_never_pooled_in_one_row():
     assert set(table.loc[table["group"] == "classic_continuous", "tasks"]) == {"Pendulum"}
 
 
+def test_each_row_comes_from_the_first_suite_where_its_preset_ran_every_task_and_suites_are_never_pooled():
+    """A newer suite (listed first) where hp3o has run one of PPO's two tasks, an older one where it ran both: hp3o's
+    rows come from the older suite until the newer has every task; outer_ppo_lr, on no common task in the newer
+    suite, from the older; seeds are never taken from both."""
+    def suite(algo_tasks: dict, shift: float) -> list[dict]:
+        return [fake_run(env, algo, s, shift + (10.0 if algo != "ppo" else 0.0) + s)
+                for algo, tasks in algo_tasks.items() for env in tasks for s in range(3)]
+
+    older = suite({"ppo": ["Hopper", "Walker2d"], "hp3o": ["Hopper", "Walker2d"],
+                   "outer_ppo_lr": ["Hopper", "Walker2d"]}, shift=0.0)
+    newer = suite({"ppo": ["Hopper", "Walker2d"], "hp3o": ["Hopper"]}, shift=-1000.0)
+    table = claims_table({"newer": newer, "older": older})
+    assert set(table["suite"]) == {"older"} and set(table["tasks"]) == {"Hopper, Walker2d"}
+    assert (table["seeds"] == 3).all()
+    newer += suite({"hp3o": ["Walker2d"]}, shift=-1000.0)
+    table = claims_table({"newer": newer, "older": older})
+    assert set(table.loc[table["preset"] == "hp3o", "suite"]) == {"newer"}
+    assert set(table.loc[table["preset"] == "outer_ppo_lr", "suite"]) == {"older"}
+    alone = claims_table({"newer": [r for r in newer if r["env"] == "Hopper"]})  # no complete one: the first common
+    assert set(alone.loc[alone["preset"] == "hp3o", "tasks"]) == {"Hopper"}
+
+
 def test_the_verdict_against_the_paper_follows_the_interval_and_what_the_paper_reports():
     above, spans, below = ({"ci_low": low, "ci_high": high} for low, high in ((0.6, 0.9), (0.3, 0.7), (0.1, 0.4)))
     assert [paper_verdict("gain", row, "final") for row in (above, spans, below)] == [
