@@ -50,12 +50,12 @@ def readme_commands() -> list[str]:
 
 def run_overrides(command: str) -> list[str]:
     """The config overrides of a `python run.py` command as one of its jobs composes them: the first value of a
-    sweep's list, Hydra's own launcher settings left to Hydra."""
+    sweep's list, Hydra's own launcher settings left to Hydra (its sweeper kept: a study's +tune=<round> sets it)."""
     import re
 
     overrides = []
     for word in command.split()[2:]:
-        if word == "-m" or word.startswith("hydra"):
+        if word == "-m" or (word.startswith("hydra") and not word.startswith("hydra/sweeper=")):
             continue
         key, value = word.split("=", 1)
         overrides.append(f"{key}={value if value.startswith('[') else re.split(r',', value)[0]}")
