@@ -100,22 +100,29 @@ class PreemptionSignals:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self):
-        self.received: int | None = None
+        self.arrived: dict = {}  # signal number -> the frame it interrupted, in order of arrival
         self.previous: dict = {}
 
     def __enter__(self) -> "PreemptionSignals":
         if threading.current_thread() is threading.main_thread():  # Python allows handlers only there
             for signum in self.SIGNALS:
-                self.previous[signum] = signal.signal(signum, self._record)
+                # The handler is C code (a dict's __setitem__), not a Python function: Python runs a handler as a
+                # new frame wherever the signal lands, and a new frame inside a compiled population program that
+                # skips its guards (algorithms.population.UncheckedCalls) makes torch raise a RuntimeError
+                # instead of recording the signal, failing the run it should have checkpointed.
+                self.previous[signum] = signal.signal(signum, self.arrived.__setitem__)
         return self
 
-    def _record(self, signum, frame) -> None:
-        self.received = signum
+    @property
+    def received(self) -> int | None:
+        """The first signal that arrived, or None."""
+        return next(iter(self.arrived), None)
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous = {}
+        self.arrived = dict.fromkeys(self.arrived)  # the signals stay known; the frames they hold go
 
     def hand_over(self, env_steps: int) -> None:
         signum, previous = self.received, self.previous.get(self.received)
