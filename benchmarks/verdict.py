@@ -1,7 +1,7 @@
 """Does my variant beat PPO? The whole protocol for one preset, in one command, resumable.
 
     python -m benchmarks.verdict --algo ppo_kl --tune mujoco_1m --suite mujoco_1m -- hydra/launcher=joblib hydra.launcher.n_jobs=2
-    python -m benchmarks.verdict --algo ppo_kl --tune classic --suite classic_tuned -- hydra/launcher=submitit_slurm ...
+    python -m benchmarks.verdict --algo ppo_kl --tune classic_pruned --suite classic_10seeds -- hydra/launcher=submitit_slurm ...
 
 1. its study, at the family's tuning budget (conf/tune/<tune>.yaml: the same tasks, seeds, trials or env-step
    budget and pruner every preset's study has), on top of the family's tuned PPO core;
