@@ -93,3 +93,32 @@ def test_every_command_of_the_readme_runs_as_written():
         else:
             raise AssertionError(f"a README command this test does not know how to check: {command}")
     assert checked["run.py"] >= 5 and checked["-m"] >= 5 and checked["pip"] >= 4, checked
+
+
+def markdown_rows(lines: list[str]) -> list[list[str]]:
+    """A Markdown table's rows as cells (the separator row left out); a README's tuning-task mark `*` dropped."""
+    rows = []
+    for line in lines:
+        cells = [cell.strip().replace("*", "") for cell in line.strip().strip("|").split("|")]
+        if not all(set(cell) <= set(":-") for cell in cells):
+            rows.append(cells)
+    return rows
+
+
+def test_the_readmes_headline_tables_are_what_their_command_prints():
+    """Each README table introduced by `python -m benchmarks.report --headline <tables>` holds, cell for cell, what
+    that command prints from the committed tables: a result changed without its README table fails here."""
+    import itertools
+    import re
+
+    from benchmarks.report import headline
+
+    text = (ROOT / "README.md").read_text()
+    commands = list(re.finditer(r"`python -m benchmarks\.report --headline ([^`]+)`", text))
+    assert len(commands) >= 2, "the README's headline tables name their command"
+    for command in commands:
+        following = text[command.end():].splitlines()
+        start = next(i for i, line in enumerate(following) if line.startswith("|"))
+        table = list(itertools.takewhile(lambda line: line.startswith("|"), following[start:]))
+        printed = headline([ROOT / path for path in command.group(1).split()])
+        assert markdown_rows(table) == markdown_rows(printed.splitlines()), command.group(0)
