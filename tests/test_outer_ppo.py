@@ -408,13 +408,16 @@ def test_sensitivity_experiment_composes_with_its_grid():
 
 
 def test_the_bare_headline_command_runs_the_mujoco_tuning_values_in_the_design_notes_form():
-    """python run.py algo=outer_ppo env=HalfCheetah: the second tuning round's values with no extra argument."""
+    """python run.py algo=outer_ppo env=HalfCheetah: the 1M-step study's values with no extra argument (its effective
+    outer step, where the 300k round's values stepped at sigma_eff 0.04 and did not learn)."""
     from omegaconf import OmegaConf
 
     cfg = make_config("algo=outer_ppo", "env=HalfCheetah")
-    values = OmegaConf.load(ROOT / "conf" / "tuning" / "mujoco_300k.yaml")
+    values = OmegaConf.load(ROOT / "conf" / "tuning" / "mujoco_1m.yaml")
     assert cfg.algo.lr == values.hparams.lr and cfg.algo.inner_epochs == values.tuned.outer_ppo.inner_epochs
     assert cfg.algo.outer_optimizer.lr == values.tuned.outer_ppo.outer_lr
+    assert cfg.algo.outer_optimizer.sigma_eff == values.tuned.outer_ppo.sigma_eff
+    assert list(cfg.algo.outer_optimizer.betas) == [values.tuned.outer_ppo.beta1, values.tuned.outer_ppo.beta2]
     assert cfg.algo.inner_loop == "full_batch" and cfg.algo.inner_optimizer.type == "sgd"
     assert cfg.algo.inner_optimizer.lr == 1.0 and cfg.algo.outer_optimizer.type == "adamw"
 
