@@ -113,7 +113,10 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
         expected = alone.update(rollout, iteration)
         got = population.update([rollout], iteration, [True])[0]
         for a, b in zip(alone.policy.parameters(), member.policy.parameters()):
-            torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+            # relative as well: the named preset's outer step at sigma_eff moves each weight by a share of the
+            # update vector's norm, so the two sums' rounding differences grow with the weights' move (1.1e-5 on a
+            # weight of 0.14 measured at its 1M values: relative 7.8e-5)
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
         assert list(got) == list(expected)  # train.csv's columns, in its order
         for key, value in expected.items():
             if not (isinstance(value, float) and math.isnan(value)):
