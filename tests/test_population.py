@@ -120,8 +120,9 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
         assert list(got) == list(expected)  # train.csv's columns, in its order
         for key, value in expected.items():
             if not (isinstance(value, float) and math.isnan(value)):
-                # (a cosine of two nearly orthogonal update vectors carries their float differences undivided)
-                tolerance = 1e-5 if key == "outer_grad_cosine" else 1e-6
+                # (a cosine of two nearly orthogonal update vectors carries the weights' relative differences
+                # above undivided: 1.2e-5 measured on another CPU)
+                tolerance = 1e-4 if key == "outer_grad_cosine" else 1e-6
                 assert got[key] == pytest.approx(value, rel=1e-4, abs=tolerance), key
     if kind == "outer_ppo":
         assert got["outer_grad_norm"] > 0 and got["outer_step_norm"] > 0
