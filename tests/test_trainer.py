@@ -36,7 +36,8 @@ def test_every_task_composes_and_runs_one_iteration(env_name, make_config, tmp_p
         pytest.importorskip("transformers", reason="the token tasks need the optional extra: pip install -e .[rlhf]")
     probe = make_config([f"env={env_name}"])
     one_rollout = probe.env.num_envs * probe.env.num_steps
-    cfg = make_config([f"env={env_name}", f"total_steps={one_rollout}", *QUIET])
+    # one epoch: what runs is every task's env, policy and update; the tuned epochs only repeat it
+    cfg = make_config([f"env={env_name}", f"total_steps={one_rollout}", "algo.update_epochs=1", *QUIET])
     summary = train(cfg, tmp_path)
     assert summary["status"] == "complete" and summary["iterations"] == 1
     train_log = pd.read_csv(tmp_path / "train.csv")
@@ -53,7 +54,8 @@ def numbers(run_dir: Path, name: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("env_name", ["CartPole", "HalfCheetah"])
 def test_same_seed_gives_identical_numbers(env_name, make_config, tmp_path):
-    overrides = [f"env={env_name}", "total_steps=4096", "eval.every_steps=2048", "algo.update_epochs=2", *QUIET]
+    overrides = [f"env={env_name}", "total_steps=4096", "eval.every_steps=2048", "algo.update_epochs=2",
+                 "algo.num_minibatches=8", *QUIET]
     for name in ("a", "b"):
         train(make_config(overrides), tmp_path / name)
     for log in ("train.csv", "eval.csv", "episodes.csv"):
@@ -119,7 +121,8 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
     from benchmarks.engine.trainer import Evaluator
 
     cfg = make_config([f"env={env_name}", "total_steps=4096", "eval.every_steps=1000000", "eval.episodes=3",
-                       "logging.tensorboard=false", "logging.progress_bar=false", "eval.at_start=false"])
+                       "algo.update_epochs=1", "logging.tensorboard=false", "logging.progress_bar=false",
+                       "eval.at_start=false"])
     summary = train(cfg, tmp_path)  # evaluates once, at the end, with eval seed = seed + 1_000_000
     algorithm, obs_normalizer, loaded_cfg = load_agent(tmp_path / "checkpoint.pt")
     returns = Evaluator(loaded_cfg.env.id, 3, cfg.seed + 1_000_000)(algorithm, obs_normalizer)
