@@ -31,9 +31,9 @@ SMALL_UPDATE = ["env.hparams.update_epochs=2", "env.hparams.num_minibatches=8"]
 
 
 def short_run(env: str, algo: str, iterations: int) -> list[str]:
-    return [f"env={env}", f"algo={algo}", *SMALL_UPDATE, "algo.backend=compiled", "env.num_envs=2", "env.num_steps=256",
-            f"total_steps={512 * iterations}", "eval.every_steps=100000", "eval.at_start=false", "eval.episodes=1",
-            "logging.progress_bar=false", "logging.tensorboard=false"]
+    return [f"env={env}", f"algo={algo}", *SMALL_UPDATE, "algo.backend=compiled", "env.num_envs=2",
+            "env.num_steps=256", f"total_steps={512 * iterations}", "eval.every_steps=100000", "eval.at_start=false",
+            "eval.episodes=1", "logging.progress_bar=false", "logging.tensorboard=false"]
 
 
 @pytest.fixture
