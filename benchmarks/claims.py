@@ -173,7 +173,8 @@ def sampled_or_not_a_token_task(run: dict) -> bool:
 
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
     runs = [run for run in runs if sampled_or_not_a_token_task(run)]
-    scores = per_seed_scores(runs, "auc" if metric == "auc" else "final")
+    scores = per_seed_scores([run for run in runs if run["algo"] in (candidate, "ppo")],
+                             "auc" if metric == "auc" else "final")
     families = task_families(runs)
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)
                    and (task, "ppo") in scores
@@ -299,8 +300,8 @@ def group_tasks(runs: list[dict], algo: str, group: str) -> set[str]:
     """The group's tasks on which algo has at least MIN_SEEDS complete runs."""
     runs = [run for run in runs if sampled_or_not_a_token_task(run)]
     families = task_families(runs)
-    return {task for (task, name), seeds in per_seed_scores(runs, "final").items()
-            if name == algo and in_group(families[task], group) and len(seeds) >= MIN_SEEDS}
+    scores = per_seed_scores([run for run in runs if run["algo"] == algo], "final")
+    return {task for (task, _), seeds in scores.items() if in_group(families[task], group) and len(seeds) >= MIN_SEEDS}
 
 
 def preferred_measure(by_suite: dict[str, list[dict]], preset: str, group: str, metric: str) -> dict | None:

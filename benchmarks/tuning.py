@@ -478,7 +478,7 @@ def study_provenance(config: dict) -> tuple[str, tuple] | None:
 
 
 def used_study(config: dict) -> tuple[Path, Any] | None:
-    """(database, optuna study) of the preset's study whose best values this run config used (study_provenance's
+    """(database, StoredStudy) of the preset's study whose best values this run config used (study_provenance's
     rule); None if untuned. The study's best_trial.params names the keys it tuned."""
     family = {"classic_continuous": "classic"}.get(config["env"]["family"], config["env"]["family"])
     matches = [(database, study) for database in sorted((PROJECT_ROOT / "results" / "tuning").glob(f"{family}*.db"))
@@ -517,7 +517,8 @@ def round_study(database: Path, config: dict):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = f"sqlite:///{database}"
-        cached = {s.study_name: load_study(storage, s.study_name) for s in optuna.get_all_study_summaries(storage)}
+        cached = {s.study_name: StoredStudy(load_study(storage, s.study_name))
+                  for s in optuna.get_all_study_summaries(storage)}
         _studies_cache[database] = cached
 
     def used_best(study) -> bool:
@@ -536,7 +537,25 @@ def round_study(database: Path, config: dict):
     return cached[preset]
 
 
-_studies_cache: dict = {}
+class StoredStudy:
+    """A study's name, attributes, trials and best trial, read from its database once: the claims table asks which
+    study each of hundreds of runs used, and every question would otherwise read the database again."""
+
+    def __init__(self, study):
+        self.study_name, self.user_attrs, self.trials = study.study_name, study.user_attrs, study.trials
+        try:
+            self._best_trial = study.best_trial
+        except ValueError:  # no complete trial
+            self._best_trial = None
+
+    @property
+    def best_trial(self):
+        if self._best_trial is None:
+            raise ValueError(f"study {self.study_name!r} has no complete trial")
+        return self._best_trial
+
+
+_studies_cache: dict[Path, dict[str, StoredStudy]] = {}
 
 
 # ---------------------------------------------------------------------------
