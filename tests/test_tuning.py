@@ -252,7 +252,10 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
     command = tune_command(tmp_path, "total_steps=2048", "hydra.sweeper.seeds=[1000,1001]",
                            "hydra.sweeper.population=true", "hydra.sweeper.pruner={min_steps:512,reduction_factor:2}",
                            "hydra.sweeper.env_step_budget=12000", "hydra.sweeper.n_trials=20",
-                           "hydra.sweeper.trials_per_batch=3", "hydra.sweeper.n_startup_trials=20")
+                           "hydra.sweeper.trials_per_batch=3", "hydra.sweeper.n_startup_trials=20",
+                           # the accounting, not the search, is under test: updates of at most 2 epochs of 4 minibatches
+                           "hydra.sweeper.search_spaces.ppo={env.hparams.update_epochs:{low:1,high:2,int:true},"
+                           "env.hparams.num_minibatches:{choices:[4]}}", "hydra.sweeper.enqueue_defaults=false")
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
