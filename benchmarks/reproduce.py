@@ -1,6 +1,6 @@
 """Rerun stored runs from their own config and compare every logged number with the stored one.
 
-    python -m benchmarks.reproduce results/runs/classic/CartPole/ppo/seed0 [RUN_DIR ...]
+    python -m benchmarks.reproduce results/runs/classic_10seeds/CartPole/ppo/seed0 [RUN_DIR ...]
     python -m benchmarks.reproduce RUN_DIR --set algo.backend=torch     # the same run on another backend
     python -m benchmarks.reproduce results/runs/classic_tuned --one-per-preset   # a suite: its last seed per (task, preset)
 
