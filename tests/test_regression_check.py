@@ -2,7 +2,7 @@
 
 The references in results/reference/ci come from `python run.py -m +experiment=regression_ci`
 (a preset added later: the same command with algo=<preset>). Each (env, algo) held there is
-retrained here with the same configs and compared by benchmarks.regression. The bug tests inject a real learning bug through a test-only
+retrained here with the same configs (its seeds as one population) and compared by benchmarks.regression. The bug tests inject a real learning bug through a test-only
 monkeypatch and require a REGRESSION verdict.
 """
 
@@ -20,7 +20,7 @@ from benchmarks.pack import main as pack_main
 from benchmarks.regression import compare
 from benchmarks.regression import main as regression_main
 from benchmarks.runs import load_runs
-from benchmarks.engine.trainer import train
+from benchmarks.engine.batch_trainer import train_batch
 
 REFERENCE = ROOT / "results" / "reference" / "ci"
 EXPERIMENT = OmegaConf.load(ROOT / "conf" / "experiment" / "regression_ci.yaml")
@@ -28,7 +28,7 @@ PARAMS = EXPERIMENT.hydra.sweeper.params
 ENVS = PARAMS.env.split(",")
 # Every preset with reference runs: the experiment's own, and any added with algo=<preset>.
 ALGOS = sorted({path.name for env in ENVS for path in (REFERENCE / env).iterdir() if path.is_dir()})
-SEEDS = [int(seed) for seed in str(PARAMS.seed).split(",")]
+SEEDS = [int(seed) for seed in str(PARAMS.seeds).strip("[]").split(",")]  # one population per (task, preset)
 ALPHA, MIN_EFFECT, RESAMPLES = 0.05, 0.2, 10_000  # the command's defaults
 
 
@@ -38,9 +38,10 @@ def default_engine_compiled(compiled):
 
 
 def train_candidates(env: str, algo: str, run_root: Path, *overrides: str) -> list[dict]:
-    for seed in SEEDS:
-        cfg = compose_config(["+experiment=regression_ci", f"env={env}", f"algo={algo}", f"seed={seed}", *overrides])
-        train(cfg, run_root / env / algo / f"seed{seed}")
+    """The (task, preset)'s seeds as the reference trained them: one population."""
+    seeds = ",".join(map(str, SEEDS))
+    cfg = compose_config(["+experiment=regression_ci", f"env={env}", f"algo={algo}", f"seeds=[{seeds}]", *overrides])
+    train_batch(cfg, [run_root / env / algo / f"seed{seed}" for seed in SEEDS])
     return load_runs(run_root)
 
 
