@@ -21,6 +21,13 @@ os.environ.setdefault("POPULATION_COMPILE", "0")
 QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episodes=1", "eval.at_start=false"]
 
 
+def pytest_collection_modifyitems(items):
+    """The slow tests first (stable: each group keeps its order): with `-n 2` the long ones start early and the
+    short ones fill the end, instead of one worker finishing a long test while the other waits (simulated on
+    measured durations: 5% off the suite's wall time)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def make_config():
     return compose_config
