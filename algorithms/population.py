@@ -136,6 +136,28 @@ def compile_mode() -> str:
     return "compiled"
 
 
+def remove_damaged_cache_file(error: Exception) -> bool:
+    """If `error` is the loader refusing a compiled kernel of inductor's on-disk cache (an empty or cut file, as a
+    process killed while writing it leaves), remove that file, say so in one line and return True: the next
+    compile builds it again. Any other error: False."""
+    import re
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    message, cause = str(error), error.__cause__ or error.__context__
+    while cause is not None:
+        message, cause = message + "\n" + str(cause), cause.__cause__ or cause.__context__
+    match = re.search(r"(/\S+\.so): (?:file too short|invalid ELF header)", message)
+    if match is None:
+        return False
+    damaged, cache = os.path.realpath(match.group(1)), os.path.realpath(cache_dir())
+    if os.path.commonpath([damaged, cache]) != cache or not os.path.isfile(damaged):
+        return False
+    os.remove(damaged)
+    print(f"note: the compile cache held a damaged kernel ({damaged}): removed, compiling it again", file=sys.stderr)
+    return True
+
+
 class CompiledOnce:
     """torch.compile(fn) compiled on its first call and never again: a later recompilation (a guard that failed)
     raises instead of silently compiling anew or, past dynamo's limit, running eager with other rounding.
@@ -158,7 +180,12 @@ class CompiledOnce:
         if not self.called:
             self.called = self.checked_in_block = True
             with torch.compiler.set_stance("default"):  # compiles (and records its guards)
-                return self.fn(*args)
+                try:
+                    return self.fn(*args)
+                except Exception as error:  # a damaged compile cache entry fails every later run until removed
+                    if not remove_damaged_cache_file(error):
+                        raise
+                    return self.fn(*args)
         if UncheckedCalls.active and self.checked_in_block:
             return self.fn(*args)  # the block's stance: guards skipped
         self.checked_in_block = True

@@ -57,17 +57,44 @@ def given(arguments: list[str], key: str) -> str | None:
     return values[-1] if values else None
 
 
-def suite_dir(suite: str, suite_args: list[str]) -> Path:
-    """Where the suite's runs go: its experiment's hydra.sweep.dir, or the one given."""
-    if given(suite_args, "hydra.sweep.dir"):
-        return Path(given(suite_args, "hydra.sweep.dir"))
+def composed(overrides: list[str]):
+    """The project's config as run.py composes it with these overrides (Hydra's settings included)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        config = compose("config", overrides=[f"+experiment={suite}"], return_hydra_config=True)
-    return PROJECT_ROOT / config.hydra.sweep.dir
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+def suite_dir(suite: str, suite_args: list[str]) -> Path:
+    """Where the suite's runs go: its experiment's hydra.sweep.dir, or the one given."""
+    if given(suite_args, "hydra.sweep.dir"):
+        return Path(given(suite_args, "hydra.sweep.dir"))
+    return PROJECT_ROOT / composed([f"+experiment={suite}"]).hydra.sweep.dir
+
+
+def suite_tasks(suite: str, suite_args: list[str]) -> list[str]:
+    """The tasks the final evaluation runs: env= of the suite args, else the experiment's env sweep or env."""
+    config = composed([f"+experiment={suite}"])
+    tasks = given(suite_args, "env") or config.hydra.sweeper.params.get("env") or config.env.name
+    return str(tasks).split(",")
+
+
+def families(tasks: list[str]) -> set[str]:
+    return {composed([f"env={task}"]).env.family for task in tasks}
+
+
+def same_family_or_error(tune: str, suite: str, suite_args: list[str]) -> str | None:
+    """A study's values are for the family it was tuned on: None when the suite evaluates tasks of that family,
+    else the one line that says why not."""
+    tuned_on, evaluated = tune_config(tune)["hydra"]["sweeper"]["tasks"], suite_tasks(suite, suite_args)
+    tuned_families, evaluated_families = families(tuned_on), families(evaluated)
+    if tuned_families & evaluated_families:
+        return None
+    return (f"--tune {tune} tunes on {', '.join(tuned_on)} ({', '.join(sorted(tuned_families))}) but --suite {suite} "
+            f"evaluates {', '.join(evaluated)} ({', '.join(sorted(evaluated_families))}): pick the tuning round "
+            f"of the suite's family")
 
 
 def comparison(runs: list[dict], algo: str) -> pd.DataFrame:
@@ -102,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         if not (PROJECT_ROOT / "conf" / kind / f"{name}.yaml").is_file():
             parser.error(f"no conf/{kind}/{name}.yaml")
     study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
+    mismatch = same_family_or_error(args.tune, args.suite, suite_args)
+    if mismatch:
+        parser.error(mismatch)
     python = [sys.executable, str(PROJECT_ROOT / "run.py")]
 
     print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)

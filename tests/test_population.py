@@ -248,6 +248,51 @@ def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_lin
                                        "up to rounding, slower)\n")
 
 
+COMPILE_A_PROGRAM = """
+import benchmarks, torch
+from algorithms.population import CompiledOnce, compile_mode
+program = CompiledOnce(torch.func.vmap(lambda x: torch.sin(x) * 2 + x.sum()), compile_mode())
+print(program(torch.arange(12.0).reshape(3, 4)).sum().item())
+"""
+
+
+@pytest.mark.slow
+def test_a_damaged_kernel_in_the_compile_cache_is_removed_and_compiled_again(tmp_path):
+    """An empty or cut kernel file in inductor's on-disk cache (a process killed while writing it) would fail every
+    later run of that program; the engine removes it, says so in one line, and compiles it again."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    environment = {**os.environ, "POPULATION_COMPILE": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, "-c", COMPILE_A_PROGRAM], cwd=ROOT, env=environment, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    kernels = list((tmp_path / "cache").rglob("*.main.so"))  # the program's kernel (not the cache's ISA probes)
+    assert kernels
+    for kernel in kernels:
+        kernel.write_bytes(b"")  # as a killed writer leaves it
+    again = subprocess.run([sys.executable, "-c", COMPILE_A_PROGRAM], cwd=ROOT, env=environment,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout == first.stdout
+    assert "note: the compile cache held a damaged kernel (" in again.stderr
+    assert all(kernel.stat().st_size > 0 for kernel in kernels)
+
+
+def test_only_a_damaged_file_inside_the_compile_cache_is_removed(tmp_path, monkeypatch):
+    from algorithms.population import remove_damaged_cache_file
+
+    outside = tmp_path / "mine.so"
+    outside.write_bytes(b"")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    assert not remove_damaged_cache_file(ImportError(f"{outside}: file too short"))
+    assert outside.exists()
+    assert not remove_damaged_cache_file(RuntimeError("shape mismatch"))
+
+
 def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
     import torch._inductor.config as inductor
 

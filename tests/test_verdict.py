@@ -46,3 +46,20 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "tuning ppo_kl: trial(s)" not in again.stdout + again.stderr  # the study asks no trial again
     assert (again.stdout + again.stderr).count("already complete, skipped") == 6
+
+
+def test_a_tuning_round_of_another_family_than_the_suites_is_refused_before_anything_trains(capsys, monkeypatch):
+    from benchmarks import verdict
+    from benchmarks.verdict import main
+
+    def no_step(command):
+        raise AssertionError(f"a step ran: {command}")
+
+    monkeypatch.setattr(verdict, "run", no_step)
+    with pytest.raises(SystemExit) as stop:
+        main(["--algo", "ppo_kl", "--tune", "mujoco_1m", "--suite", "classic_10seeds"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m benchmarks.verdict: error: --tune mujoco_1m tunes on HalfCheetah, Hopper (mujoco) but --suite "
+        "classic_10seeds evaluates CartPole, Pendulum, Acrobot, MountainCarContinuous (classic, classic_continuous): "
+        "pick the tuning round of the suite's family")
