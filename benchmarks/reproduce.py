@@ -2,7 +2,7 @@
 
     python -m benchmarks.reproduce results/runs/classic_10seeds/CartPole/ppo/seed0 [RUN_DIR ...]
     python -m benchmarks.reproduce RUN_DIR --set algo.backend=torch     # the same run on another backend
-    python -m benchmarks.reproduce results/runs/classic_tuned --one-per-preset   # a suite: its last seed per (task, preset)
+    python -m benchmarks.reproduce results/runs/classic_10seeds --one-per-preset   # a suite: its last seed per (task, preset)
 
 For each run directory the config stored in its summary.json is trained again
 (in a temporary directory, with the current code; a seed of a batch in its batch,
