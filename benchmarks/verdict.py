@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
 from benchmarks.runs import load_runs
@@ -77,7 +78,7 @@ def suite_dir(suite: str, suite_args: list[str]) -> Path:
 def suite_tasks(suite: str, suite_args: list[str]) -> list[str]:
     """The tasks the final evaluation runs: env= of the suite args, else the experiment's env sweep or env."""
     config = composed([f"+experiment={suite}"])
-    tasks = given(suite_args, "env") or config.hydra.sweeper.params.get("env") or config.env.name
+    tasks = given(suite_args, "env") or OmegaConf.select(config, "hydra.sweeper.params.env") or config.env.name
     return str(tasks).split(",")
 
 
