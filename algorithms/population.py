@@ -137,16 +137,17 @@ def compile_mode() -> str:
 
 
 def remove_damaged_cache_file(error: Exception) -> bool:
-    """If `error` is the loader refusing a compiled kernel of inductor's on-disk cache (an empty or cut file, as a
-    process killed while writing it leaves), remove that file, say so in one line and return True: the next
-    compile builds it again. Any other error: False."""
+    """If `error` is the loader refusing a compiled kernel of inductor's on-disk cache (an empty or cut file), remove
+    that file, say so in one line and return True: the next compile builds it again. Any other error: False."""
     import re
 
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    message, cause = str(error), error.__cause__ or error.__context__
-    while cause is not None:
-        message, cause = message + "\n" + str(cause), cause.__cause__ or cause.__context__
+    messages, cause = [str(error)], error.__cause__ or error.__context__
+    while cause is not None and len(messages) < 20:  # the chain of exceptions that led to it
+        messages.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    message = "\n".join(messages)
     match = re.search(r"(/\S+\.so): (?:file too short|invalid ELF header)", message)
     if match is None:
         return False

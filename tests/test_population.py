@@ -258,8 +258,8 @@ print(program(torch.arange(12.0).reshape(3, 4)).sum().item())
 
 @pytest.mark.slow
 def test_a_damaged_kernel_in_the_compile_cache_is_removed_and_compiled_again(tmp_path):
-    """An empty or cut kernel file in inductor's on-disk cache (a process killed while writing it) would fail every
-    later run of that program; the engine removes it, says so in one line, and compiles it again."""
+    """An empty or cut kernel file in inductor's on-disk cache would fail every later run of that program; the engine
+    removes it, says so in one line, and compiles it again."""
     import os
     import subprocess
     import sys
@@ -273,7 +273,7 @@ def test_a_damaged_kernel_in_the_compile_cache_is_removed_and_compiled_again(tmp
     kernels = list((tmp_path / "cache").rglob("*.main.so"))  # the program's kernel (not the cache's ISA probes)
     assert kernels
     for kernel in kernels:
-        kernel.write_bytes(b"")  # as a killed writer leaves it
+        kernel.write_bytes(b"")  # as one was found
     again = subprocess.run([sys.executable, "-c", COMPILE_A_PROGRAM], cwd=ROOT, env=environment,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
