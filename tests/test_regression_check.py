@@ -2,8 +2,9 @@
 
 The references in results/reference/ci come from `python run.py -m +experiment=regression_ci`
 (a preset added later: the same command with algo=<preset>). Each (env, algo) held there is
-retrained here with the same configs (its seeds as one population) and compared by benchmarks.regression. The bug tests inject a real learning bug through a test-only
-monkeypatch and require a REGRESSION verdict.
+retrained here with the same configs (its seeds as one population) and compared by
+benchmarks.regression. The bug tests inject a real learning bug through a test-only monkeypatch
+and require a REGRESSION verdict.
 """
 
 from pathlib import Path
