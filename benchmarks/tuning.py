@@ -249,7 +249,31 @@ class TuningStudy:
         self.study.sampler = optuna.samplers.TPESampler(
             seed=self.sampler_seed + finished, n_startup_trials=self.n_startup_trials, constant_liar=True,
             multivariate=True)
-        return [self.study.ask(self.space) for _ in range(wanted)]
+        trials = []
+        for _ in range(10 * wanted):  # bounded: a small discrete space may hold no new values
+            trial = self.study.ask(self.space)
+            repeated = self.repeats(trial)
+            if repeated is None:
+                trials.append(trial)
+                if len(trials) == wanted:
+                    break
+                continue
+            # Another trial's values with the same tuning seeds would train the same runs again: told failed
+            # before its first env step (so uncounted, like a refused trial), and the sampler asked again.
+            trial.set_user_attr("repeats_trial", repeated)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            print(f"trial {trial.number} would repeat trial {repeated}'s values: not trained, not counted; asking "
+                  f"again")
+        if len(trials) < wanted:
+            print(f"the search space gave {len(trials)} new values in {10 * wanted} asks: the study asks no more")
+        return trials
+
+    def repeats(self, trial) -> int | None:
+        """The number of an earlier trial asked with exactly these values (and trained, or training), else None."""
+        for other in self.study.get_trials(deepcopy=False):
+            if other.number != trial.number and other.params == trial.params and not never_trained(other):
+                return other.number
+        return None
 
     def run_dir(self, trial, task: str, seed: int) -> Path:
         return self.sweep_dir / trial_dir(trial) / task / f"seed{seed}"
@@ -578,7 +602,9 @@ def study_rows(tune: str) -> list[dict]:
         rows.append({
             "preset": summary.study_name, "trials": len(trials), "pruned": len(pruned),
             "failed": len(trials) - len(complete) - len(pruned),
-            "refused": sum(never_trained(t) for t in study.trials),  # failed before their first env step: uncounted
+            # failed before their first env step, uncounted: refused jobs, or values a trial had already trained
+            "refused": sum(never_trained(t) and "repeats_trial" not in t.user_attrs for t in study.trials),
+            "repeated": sum("repeats_trial" in t.user_attrs for t in study.trials),
             "unfinished": sum(t.state == optuna.trial.TrialState.RUNNING for t in study.trials),
             "env_steps": sum(int(t.user_attrs.get("env_steps", 0)) for t in trials),
             # training time on one core per process, of the trials that recorded it (studies before it was: none)
@@ -621,6 +647,10 @@ def report(tune: str, out: Path) -> None:
     if refused:
         lines += ["", f"Not counted above: trials that failed before their first env step (their jobs refused: they "
                       f"trained nothing and are kept in the study as failed): {', '.join(refused)}."]
+    repeated = [f"{row['preset']} {row['repeated']}" for row in rows if row["repeated"]]
+    if repeated:
+        lines += ["", f"Not counted above either: trials asked with values an earlier trial had trained (told failed, "
+                      f"not trained): {', '.join(repeated)}."]
     for row in rows:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]

@@ -253,9 +253,11 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
                            "hydra.sweeper.population=true", "hydra.sweeper.pruner={min_steps:512,reduction_factor:2}",
                            "hydra.sweeper.env_step_budget=12000", "hydra.sweeper.n_trials=20",
                            "hydra.sweeper.trials_per_batch=3", "hydra.sweeper.n_startup_trials=20",
-                           # the accounting, not the search, is under test: updates of at most 2 epochs of 4 minibatches
+                           # the accounting, not the search, is under test: updates of at most 2 epochs of 4
+                           # minibatches, and a continuous key so that no two trials repeat each other's values
                            "hydra.sweeper.search_spaces.ppo={env.hparams.update_epochs:{low:1,high:2,int:true},"
-                           "env.hparams.num_minibatches:{choices:[4]}}", "hydra.sweeper.enqueue_defaults=false")
+                           "env.hparams.num_minibatches:{choices:[4]},env.hparams.clip_coef:{low:0.1,high:0.3}}",
+                           "hydra.sweeper.enqueue_defaults=false")
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
@@ -320,3 +322,26 @@ def test_a_studys_budget_counts_trials_that_trained_and_a_pruned_studys_env_step
     unpruned.set_user_attr("base", {"tasks": ["CartPole", "Pendulum"], "seeds": [1000], "total_steps": 100_000})
     unpruned.add_trial(optuna.trial.create_trial(params={"algo.sigma": 0.5}, distributions=distributions, value=0.3))
     assert budget_text(unpruned) == "1 trial x 2 tasks x 1 seed x 100k steps"
+
+
+def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys):
+    """In a discrete space TPE asks values it has tried before (the classic hp3o study repeated 4 of its 36
+    trials); with the same tuning seeds they would train the same runs again and spend the env-step budget twice.
+    Such a trial is told failed before its first env step (uncounted) and the sampler is asked again; a space with
+    no new values ends the study."""
+    distributions = {"algo.k": optuna.distributions.CategoricalDistribution([1, 2])}
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"algo.k": 1}, distributions=distributions, value=0.5,
+                                              user_attrs={"env_steps": 100}))
+    tuner = tuning.TuningStudy.__new__(tuning.TuningStudy)  # the asking alone: no config, no training
+    tuner.study, tuner.space, tuner.stale, tuner.env_step_budget = study, distributions, [], None
+    tuner.n_trials, tuner.trials_per_batch, tuner.sampler_seed, tuner.n_startup_trials = 10, 2, 0, 10
+    batch = tuner.next_trials()
+    assert [trial.params for trial in batch] == [{"algo.k": 2}]  # the one value not tried yet
+    repeated = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert repeated and all(tuning.never_trained(t) and t.user_attrs["repeats_trial"] in (0, batch[0].number)
+                            for t in repeated)
+    assert tuner.finished() == 1  # the repeats are not counted
+    out = capsys.readouterr().out
+    assert "would repeat trial 0's values: not trained, not counted; asking again" in out
+    assert "the search space gave 1 new values in 20 asks: the study asks no more" in out
