@@ -251,12 +251,12 @@ class TuningStudy:
             multivariate=True)
         trials = []
         for _ in range(10 * wanted):  # bounded: a small discrete space may hold no new values
+            if len(trials) == wanted:
+                break
             trial = self.study.ask(self.space)
             repeated = self.repeats(trial)
             if repeated is None:
                 trials.append(trial)
-                if len(trials) == wanted:
-                    break
                 continue
             # Another trial's values with the same tuning seeds would train the same runs again: told failed
             # before its first env step (so uncounted, like a refused trial), and the sampler asked again.

@@ -30,6 +30,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
+from benchmarks.engine.config import compose_config
 from benchmarks.runs import load_runs
 from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, tune_config
 
@@ -58,32 +59,22 @@ def given(arguments: list[str], key: str) -> str | None:
     return values[-1] if values else None
 
 
-def composed(overrides: list[str]):
-    """The project's config as run.py composes it with these overrides (Hydra's settings included)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=True)
-
-
 def suite_dir(suite: str, suite_args: list[str]) -> Path:
     """Where the suite's runs go: its experiment's hydra.sweep.dir, or the one given."""
     if given(suite_args, "hydra.sweep.dir"):
         return Path(given(suite_args, "hydra.sweep.dir"))
-    return PROJECT_ROOT / composed([f"+experiment={suite}"]).hydra.sweep.dir
+    return PROJECT_ROOT / compose_config([f"+experiment={suite}"], hydra_settings=True).hydra.sweep.dir
 
 
 def suite_tasks(suite: str, suite_args: list[str]) -> list[str]:
     """The tasks the final evaluation runs: env= of the suite args, else the experiment's env sweep or env."""
-    config = composed([f"+experiment={suite}"])
+    config = compose_config([f"+experiment={suite}"], hydra_settings=True)
     tasks = given(suite_args, "env") or OmegaConf.select(config, "hydra.sweeper.params.env") or config.env.name
     return str(tasks).split(",")
 
 
 def families(tasks: list[str]) -> set[str]:
-    return {composed([f"env={task}"]).env.family for task in tasks}
+    return {compose_config([f"env={task}"]).env.family for task in tasks}
 
 
 def same_family_or_error(tune: str, suite: str, suite_args: list[str]) -> str | None:

@@ -11,8 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
-    """conf/config.yaml with these overrides, composed as `python run.py` composes it (for tools and tests)."""
+def compose_config(overrides: list[str], hydra_settings: bool = False) -> DictConfig:
+    """conf/config.yaml with these overrides, composed as `python run.py` composes it (for tools and tests);
+    hydra_settings: with Hydra's own settings (`hydra.sweep.dir`, the sweeper's params) under `hydra`."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -20,7 +21,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_settings)
 
 
 def with_later_keys(config: dict) -> dict:
