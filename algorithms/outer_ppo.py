@@ -11,7 +11,7 @@ Two inner loops (algo.inner_loop):
               epochs x minibatches of the full PPO loss, actor and critic. With
               inner = PPO's Adam and outer = SGD(lr=1, momentum=0) this is PPO:
               theta_{k+1} = theta*_k up to float32 rounding. The paper's variants.
-  full_batch  the named preset's design note: inner_epochs steps of the inner
+  full_batch  the named preset's loop: inner_epochs steps of the inner
               optimizer, each on the clipped surrogate of the WHOLE batch (no
               value loss, no entropy, no minibatches, no gradient clipping), on
               the actor only; the outer step moves the actor. The critic is fitted
@@ -188,7 +188,7 @@ class OuterPPO(PPO):
         return self.inner_lr(iteration)
 
     def update_phases(self) -> list[Phase]:
-        """PPO's inner loop: PPO's phase with the inner optimizer. The design note's: inner_epochs steps of the inner
+        """PPO's inner loop: PPO's phase with the inner optimizer. The named preset's: inner_epochs steps of the inner
         optimizer on the whole batch's clipped surrogate (the actor only, no gradient clip), then the critic fitted
         as PPO fits it (update_epochs x num_minibatches of the value loss, its own Adam, norm-clipped). The critic's
         fit draws each epoch's permutation; the outer step (end_update) moves the actor only, so their order is
@@ -218,7 +218,7 @@ class OuterPPO(PPO):
         return Evaluation(log_prob, entropy, None, advantages)
 
     def inner_loss_terms(self, new: Evaluation, minibatch, stats: dict) -> dict[str, torch.Tensor]:
-        """The design note's inner objective: the clipped surrogate alone (no value loss, no entropy bonus)."""
+        """The full-batch loop's inner objective: the clipped surrogate alone (no value loss, no entropy bonus)."""
         stats["entropy"] = masked_mean(new.entropy, minibatch.get("mask")).detach()
         return {"policy": self.policy_term(new, minibatch, stats)}
 

@@ -73,7 +73,7 @@ OUTER_NONE = "MinAtar (discrete actions); {values}; " + OUTER_PROTOCOL
 OUTER_TOKENS = "not tested by the paper: its gain on Brax and Jumanji, carried over to this suite's token tasks"
 HP3O_SETTING = "continuous-control tasks, against PPO over several seeds"
 HP3O_PLUS_SETTING = "as HP3O, with the best trajectory's value as the baseline of other trajectories' states"
-USER = ("(user's preset)", "inner SGD lr 1, outer AdamW: not a paper claim", "-", "-", None)
+USER = ("(named preset)", "inner SGD lr 1, outer AdamW: not a paper claim", "-", "-", None)
 CONTINUOUS = ("mujoco", "classic_continuous")  # the families with continuous actions, as the papers' tasks
 
 

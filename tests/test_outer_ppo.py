@@ -403,7 +403,7 @@ def test_sensitivity_experiment_composes_with_its_grid():
 
 
 # ---------------------------------------------------------------------------
-# (f) The named preset is the design note: full-batch SGD(lr 1) on the surrogate, outer AdamW
+# (f) The named preset: full-batch SGD(lr 1) on the surrogate, outer AdamW
 # ---------------------------------------------------------------------------
 
 
@@ -428,7 +428,7 @@ def test_named_preset_inner_loop_is_the_design_note(discrete):
     with .grad = theta - theta*, redone by hand; the critic is fitted apart and never enters the actor's step."""
     import copy
 
-    # the preset as designed (the MuJoCo tuning kept the design note's form and chose 14 inner steps)
+    # the preset as designed (the MuJoCo tuning kept the full-batch form and chose 14 inner steps)
     cfg = make_config("algo=outer_ppo", "env=HalfCheetah", "+tuning=mujoco_shipped")
     validate_config(cfg)
     assert cfg.algo.inner_loop == "full_batch" and cfg.algo.inner_epochs == 4
