@@ -19,11 +19,21 @@ from benchmarks.engine.validate import ConfigError, validate_config
 log = logging.getLogger(__name__)
 
 
+def refuse_seed_beside_seeds(cfg: DictConfig, overrides) -> None:
+    """`seeds=[...]` trains its seeds as one population and reads no `seed`: a `seed=` typed beside it would be
+    ignored without a word, so the command is refused instead."""
+    given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+    if cfg.seeds is not None and "seed" in given:
+        raise ConfigError(f"seed={cfg.seed} and seeds={list(cfg.seeds)} are both given: seeds=[...] trains its seeds "
+                          f"as one population and ignores seed; give one of them")
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     mark_job(cfg, Path(HydraConfig.get().runtime.output_dir))
     try:
         validate_config(cfg)
+        refuse_seed_beside_seeds(cfg, HydraConfig.get().overrides.task)
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"config error: {line}", file=sys.stderr)

@@ -22,6 +22,9 @@ def run_cli(*overrides, cwd=ROOT):
          "config error: algo.num_minibatches must divide the rollout size env.num_envs * env.num_steps = 512, got 3"),
         (["total_steps=100"],
          "config error: total_steps must be >= one rollout (env.num_envs * env.num_steps = 512), got 100"),
+        (["seeds=[0,1]", "seed=3"],
+         "config error: seed=3 and seeds=[0, 1] are both given: seeds=[...] trains its seeds as one population and "
+         "ignores seed; give one of them"),
     ],
 )
 def test_bad_value_fails_with_one_clear_line_before_any_env(overrides, message, tmp_path):
