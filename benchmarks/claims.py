@@ -35,7 +35,7 @@ from benchmarks.engine.validate import get_dotted
 from benchmarks.report import RESULTS
 from benchmarks.statistics import (area_under_curve, detectable_improvement, detectable_std_ratio,
                                    probability_of_improvement, seed_std_ratio)
-from benchmarks.runs import eval_curves, existing_directory, group_runs, load_runs
+from benchmarks.runs import eval_curves, group_runs, load_runs, suite_directory
 from benchmarks.tuning import budget_text, used_study
 
 # A claim's task group is one task family (env.family of its runs: conf/env_family/<family>.yaml), so a task added
@@ -410,7 +410,7 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=existing_directory,
+    parser.add_argument("suites", nargs="*", type=suite_directory,
                         default=[RESULTS / "runs" / name for name in TUNED_SUITES if (RESULTS / "runs" / name).is_dir()])
     parser.add_argument("--out", type=Path, default=RESULTS / "tables")
     parser.add_argument("--name", default="claims", help="file name of the table (claims -> claims.md, claims.csv)")

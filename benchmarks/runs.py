@@ -35,6 +35,28 @@ def existing_directory(text: str) -> Path:
     return path
 
 
+CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
+
+
+def holds_tasks(path: Path) -> bool:
+    """Whether a folder is laid out as a suite: <suite>/<task>/<preset>/..., a task being a conf/env/<task>.yaml."""
+    return any(child.is_dir() and (CONF_ENV / f"{child.name}.yaml").exists() for child in path.iterdir())
+
+
+def suite_directory(text: str) -> Path:
+    """argparse type of a suite directory. A folder of suites (results/runs) is refused in one line that names them:
+    read as one suite, its suites' runs of a task would be pooled into one comparison."""
+    import argparse
+
+    path = existing_directory(text)
+    if not holds_tasks(path):
+        suites = sorted(child.name for child in path.iterdir() if child.is_dir() and holds_tasks(child))
+        if suites:
+            raise argparse.ArgumentTypeError(f"{text} is a folder of suites ({', '.join(suites)}), not one suite: "
+                                             f"name the suites, e.g. {path / suites[0]}")
+    return path
+
+
 def run_directory(text: str) -> Path:
     """argparse type of one run's directory: it must hold the run's summary.json."""
     import argparse

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, existing_directory, group_runs, last_episodes_mean, load_runs
+from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, suite_directory
 from benchmarks.tuning import training_seconds
 
 
@@ -102,7 +102,7 @@ def final_eval_columns(runs: list[dict], columns: list[str]) -> pd.DataFrame:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs_dir", type=existing_directory)
+    parser.add_argument("runs_dir", type=suite_directory)
     parser.add_argument("--curve", action="store_true", help="also print the mean eval curve per (env, algo)")
     parser.add_argument("--train-columns", nargs="+", default=[], metavar="COLUMN",
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
@@ -113,11 +113,21 @@ def main(argv=None) -> None:
     parser.add_argument("--first-iterations", type=int, default=None, metavar="N",
                         help="with --train-columns: the mean over each run's first N iterations only")
     args = parser.parse_args(argv)
+    if args.last_iterations and args.first_iterations:
+        parser.error("--last-iterations and --first-iterations: one of them")
     skipped: list[tuple[Path, str]] = []
     runs = load_runs(args.runs_dir, skipped)
     left_out = left_out_lines(args.runs_dir, skipped)
     if not runs:
         raise SystemExit("\n".join([f"no complete runs under {args.runs_dir}", *left_out]))
+    # a column no run logs is a typo, not a preset without it (None in its rows): said before anything is printed
+    train_means = (train_column_means(runs, args.train_columns, args.last_iterations, args.first_iterations)
+                   if args.train_columns else None)
+    eval_finals = final_eval_columns(runs, args.eval_columns) if args.eval_columns else None
+    for option, table, columns in (("--train-columns", train_means, args.train_columns),
+                                   ("--eval-columns", eval_finals, args.eval_columns)):
+        if unknown := [column for column in columns if table[column].isna().all()]:
+            parser.error(f"{option}: no run under {args.runs_dir} logs {', '.join(unknown)}")
     print(summarize(runs).to_string(index=False))
     if left_out:
         print("\n" + "\n".join(left_out))
@@ -125,16 +135,13 @@ def main(argv=None) -> None:
     print(f"\nCPU-hours in all: {hours:.2f} ({len(runs)} runs; each process's training-loop time, a population's "
           f"shared among its seeds)")
     if args.train_columns:
-        if args.last_iterations and args.first_iterations:
-            parser.error("--last-iterations and --first-iterations: one of them")
         which = (f"the last {args.last_iterations} iterations" if args.last_iterations else
                  f"the first {args.first_iterations} iterations" if args.first_iterations else "all iterations")
         print(f"\nmean over {which} and seeds of train.csv columns")
-        print(train_column_means(runs, args.train_columns, args.last_iterations, args.first_iterations)
-              .to_string(index=False))
+        print(train_means.to_string(index=False))
     if args.eval_columns:
         print("\nfinal evaluation's eval.csv columns, mean +- std over seeds")
-        print(final_eval_columns(runs, args.eval_columns).to_string(index=False))
+        print(eval_finals.to_string(index=False))
     if args.curve:
         for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]

@@ -48,7 +48,18 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     assert (again.stdout + again.stderr).count("already complete, skipped") == 6
 
 
-def test_a_tuning_round_of_another_family_than_the_suites_is_refused_before_anything_trains(capsys, monkeypatch):
+@pytest.mark.parametrize("arguments, message", [
+    (["--algo", "ppo_kl", "--tune", "mujoco_1m", "--suite", "classic_10seeds"],
+     "--tune mujoco_1m tunes on HalfCheetah, Hopper (mujoco) but --suite classic_10seeds evaluates CartPole, "
+     "Pendulum, Acrobot, MountainCarContinuous (classic, classic_continuous): pick the tuning round of the suite's "
+     "family"),
+    (["--algo", "ppo", "--tune", "classic_pruned", "--suite", "classic_10seeds"],
+     "--algo ppo is the baseline every verdict compares with: give a variant (its study and final runs are the "
+     "suite's own: python run.py -m +experiment=<suite> algo=ppo)"),
+])
+def test_a_protocol_that_cannot_give_a_verdict_is_refused_before_anything_trains(arguments, message, capsys,
+                                                                                 monkeypatch):
+    """A tuning round of another family than the suite's; PPO itself as the candidate."""
     from benchmarks import verdict
     from benchmarks.verdict import main
 
@@ -57,9 +68,6 @@ def test_a_tuning_round_of_another_family_than_the_suites_is_refused_before_anyt
 
     monkeypatch.setattr(verdict, "run", no_step)
     with pytest.raises(SystemExit) as stop:
-        main(["--algo", "ppo_kl", "--tune", "mujoco_1m", "--suite", "classic_10seeds"])
+        main(arguments)
     assert stop.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "python -m benchmarks.verdict: error: --tune mujoco_1m tunes on HalfCheetah, Hopper (mujoco) but --suite "
-        "classic_10seeds evaluates CartPole, Pendulum, Acrobot, MountainCarContinuous (classic, classic_continuous): "
-        "pick the tuning round of the suite's family")
+    assert capsys.readouterr().err.splitlines()[-1] == f"python -m benchmarks.verdict: error: {message}"
