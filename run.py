@@ -24,8 +24,10 @@ def refuse_seed_beside_seeds(cfg: DictConfig, overrides) -> None:
     ignored without a word, so the command is refused instead."""
     given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
     if cfg.seeds is not None and "seed" in given:
-        raise ConfigError(f"seed={cfg.seed} and seeds={list(cfg.seeds)} are both given: seeds=[...] trains its seeds "
-                          f"as one population and ignores seed; give one of them")
+        seeds = ",".join(str(seed) for seed in cfg.seeds)
+        raise ConfigError(f"seed={cfg.seed} and seeds=[{seeds}] are both given (one of them may be the experiment's "
+                          f"sweep): seeds=[...] trains its seeds as one population and ignores seed; give one of them "
+                          f"(seeds=[{cfg.seed}] trains seed {cfg.seed} alone)")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

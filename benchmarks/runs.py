@@ -44,16 +44,17 @@ def holds_tasks(path: Path) -> bool:
 
 
 def suite_directory(text: str) -> Path:
-    """argparse type of a suite directory. A folder of suites (results/runs) is refused in one line that names them:
-    read as one suite, its suites' runs of a task would be pooled into one comparison."""
+    """argparse type of a suite directory. A folder of two or more suites (results/runs) is refused in one line that
+    names them: read as one suite, its suites' runs of a task would be pooled into one comparison."""
     import argparse
 
     path = existing_directory(text)
     if not holds_tasks(path):
         suites = sorted(child.name for child in path.iterdir() if child.is_dir() and holds_tasks(child))
-        if suites:
-            raise argparse.ArgumentTypeError(f"{text} is a folder of suites ({', '.join(suites)}), not one suite: "
-                                             f"name the suites, e.g. {path / suites[0]}")
+        if len(suites) > 1:
+            named = ", ".join(suites[:3]) + (f" and {len(suites) - 3} more" if len(suites) > 3 else "")
+            raise argparse.ArgumentTypeError(f"{text} is a folder of suites ({named}), not one suite: name the "
+                                             f"suites, e.g. {path / suites[0]}")
     return path
 
 

@@ -126,7 +126,7 @@ def main(argv=None) -> None:
     eval_finals = final_eval_columns(runs, args.eval_columns) if args.eval_columns else None
     for option, table, columns in (("--train-columns", train_means, args.train_columns),
                                    ("--eval-columns", eval_finals, args.eval_columns)):
-        if unknown := [column for column in columns if table[column].isna().all()]:
+        if unknown := [column for column in columns if table[column].map(lambda value: value is None).all()]:
             parser.error(f"{option}: no run under {args.runs_dir} logs {', '.join(unknown)}")
     print(summarize(runs).to_string(index=False))
     if left_out:

@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         if not (PROJECT_ROOT / "conf" / kind / f"{name}.yaml").is_file():
             parser.error(f"no conf/{kind}/{name}.yaml")
     if args.algo == "ppo":  # the baseline: its study and runs are the ones every verdict compares against
-        parser.error("--algo ppo is the baseline every verdict compares with: give a variant (its study and final "
-                     "runs are the suite's own: python run.py -m +experiment=<suite> algo=ppo)")
+        parser.error("--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict "
+                     "compares against; give a variant")
     study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
     mismatch = same_family_or_error(args.tune, args.suite, suite_args)
     if mismatch:

@@ -23,8 +23,9 @@ def run_cli(*overrides, cwd=ROOT):
         (["total_steps=100"],
          "config error: total_steps must be >= one rollout (env.num_envs * env.num_steps = 512), got 100"),
         (["seeds=[0,1]", "seed=3"],
-         "config error: seed=3 and seeds=[0, 1] are both given: seeds=[...] trains its seeds as one population and "
-         "ignores seed; give one of them"),
+         "config error: seed=3 and seeds=[0,1] are both given (one of them may be the experiment's sweep): "
+         "seeds=[...] trains its seeds as one population and ignores seed; give one of them (seeds=[3] trains seed 3 "
+         "alone)"),
     ],
 )
 def test_bad_value_fails_with_one_clear_line_before_any_env(overrides, message, tmp_path):

@@ -407,7 +407,7 @@ def test_sensitivity_experiment_composes_with_its_grid():
 # ---------------------------------------------------------------------------
 
 
-def test_the_bare_headline_command_runs_the_mujoco_tuning_values_in_the_design_notes_form():
+def test_the_bare_headline_command_runs_the_mujoco_tuning_values_in_the_full_batch_form():
     """python run.py algo=outer_ppo env=HalfCheetah: the 1M-step study's values with no extra argument (its effective
     outer step, where the 300k round's values stepped at sigma_eff 0.04 and did not learn)."""
     from omegaconf import OmegaConf
@@ -423,7 +423,7 @@ def test_the_bare_headline_command_runs_the_mujoco_tuning_values_in_the_design_n
 
 
 @pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
-def test_named_preset_inner_loop_is_the_design_note(discrete):
+def test_named_preset_inner_loop_is_full_batch_sgd_then_outer_adamw(discrete):
     """4 full-batch SGD(lr 1) steps on the clipped surrogate from theta, then ONE AdamW step on the actor
     with .grad = theta - theta*, redone by hand; the critic is fitted apart and never enters the actor's step."""
     import copy

@@ -103,20 +103,22 @@ def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_pat
 
 def test_a_column_no_run_logs_and_a_folder_of_suites_are_one_line_each(tmp_path, capsys):
     """A train.csv or eval.csv column that no run logs is a typo (a preset without it shows None instead); a folder
-    whose folders are suites is not one suite: both are refused in one line, before anything is printed."""
+    whose folders are two or more suites is not one suite: both are refused in one line, before anything is
+    printed."""
     import pytest
 
     from benchmarks.summarize import main
 
     write_run(tmp_path / "results" / "suite" / "Hopper" / "ppo" / "seed0", 0)
+    write_run(tmp_path / "results" / "other" / "Hopper" / "ppo" / "seed0", 0)
     for arguments, message in (
             ([str(tmp_path / "results" / "suite"), "--train-columns", "rollout_time", "rolout_time"],
              f"--train-columns: no run under {tmp_path / 'results' / 'suite'} logs rolout_time"),
             ([str(tmp_path / "results" / "suite"), "--eval-columns", "eval_return_men"],
              f"--eval-columns: no run under {tmp_path / 'results' / 'suite'} logs eval_return_men"),
             ([str(tmp_path / "results")],
-             f"argument runs_dir: {tmp_path / 'results'} is a folder of suites (suite), not one suite: name the "
-             f"suites, e.g. {tmp_path / 'results' / 'suite'}")):
+             f"argument runs_dir: {tmp_path / 'results'} is a folder of suites (other, suite), not one suite: name "
+             f"the suites, e.g. {tmp_path / 'results' / 'other'}")):
         with pytest.raises(SystemExit) as stop:
             main(arguments)
         captured = capsys.readouterr()

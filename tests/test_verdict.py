@@ -54,8 +54,8 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
      "Pendulum, Acrobot, MountainCarContinuous (classic, classic_continuous): pick the tuning round of the suite's "
      "family"),
     (["--algo", "ppo", "--tune", "classic_pruned", "--suite", "classic_10seeds"],
-     "--algo ppo is the baseline every verdict compares with: give a variant (its study and final runs are the "
-     "suite's own: python run.py -m +experiment=<suite> algo=ppo)"),
+     "--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict compares "
+     "against; give a variant"),
 ])
 def test_a_protocol_that_cannot_give_a_verdict_is_refused_before_anything_trains(arguments, message, capsys,
                                                                                  monkeypatch):
