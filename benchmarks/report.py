@@ -49,20 +49,19 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, existing_directory, group_runs, last_episodes_mean, load_runs
+from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, suite_directory
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
     area_under_curve,
     bootstrap_mean_ci,
     interquartile_mean,
+    per_preset_estimates,
     probability_of_improvement,
-    rliable_estimates,
     trimmed_means,
 )
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
 
 
 def wall_time_per_step(run: dict) -> float:
@@ -642,7 +641,7 @@ def plot_sample_efficiency(runs: list[dict], suite: str, plots_dir: Path) -> lis
     def iqm_per_point(scores: np.ndarray) -> np.ndarray:  # [runs, tasks, points] -> IQM at each point
         return trimmed_means(scores.reshape(-1, scores.shape[-1]))
 
-    point, interval = rliable_estimates(curves, iqm_per_point)
+    point, interval = per_preset_estimates(curves, iqm_per_point)
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     for algo in sorted(curves, key=lambda a: (a != "ppo", a)):
         color, marker = algo_style(algo)
@@ -677,7 +676,7 @@ def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
     matrices, tasks, refused = aggregate_scope(runs)
     if refused:
         return None
-    point, interval = rliable_estimates(matrices, aggregate_estimates)
+    point, interval = per_preset_estimates(matrices, aggregate_estimates)
     rows = []
     for algo in sorted(matrices):
         row = {"algo": algo, "tasks": len(tasks), "seeds_per_task": matrices[algo].shape[0]}
@@ -772,8 +771,9 @@ def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
         f"# {suite}: across tasks\n\nNormalised final return (return - random) / (best - random) per task: random = "
         f"the task's random_score (conf/env, which says how it was measured), best = the highest evaluation return any "
         f"run of this suite reached on the task (tasks: {', '.join(table.attrs['tasks'])}).{flag} rliable's IQM and "
-        f"mean with stratified-bootstrap 95% CIs ({BOOTSTRAP_RESAMPLES} resamples), and probability of improvement "
-        f"over PPO.\n\n" + shown.to_markdown(index=False) + "\n"
+        f"mean with stratified-bootstrap 95% CIs ({BOOTSTRAP_RESAMPLES} resamples, drawn for each preset on its own "
+        f"from one seed: another preset moves them only through a task's best return), and probability of "
+        f"improvement over PPO.\n\n" + shown.to_markdown(index=False) + "\n"
     )
 
 
@@ -1104,7 +1104,7 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suites", nargs="*", type=existing_directory, help="suite directories (default: every results/runs/*)")
+    parser.add_argument("suites", nargs="*", type=suite_directory, help="suite directories (default: every results/runs/*)")
     parser.add_argument("--out", type=Path, help="where tables/ and plots/ go (default: results/ for a suite under "
                         "results/runs, else a report/ folder beside the suite's runs)")
     parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",

@@ -66,6 +66,17 @@ def rliable_estimates(score_dict: dict, func) -> tuple[dict, dict]:
                                       random_state=np.random.RandomState(0))
 
 
+def per_preset_estimates(score_dict: dict, func) -> tuple[dict, dict]:
+    """rliable_estimates for each preset on its own, each from the same seeded start: a preset's interval depends on
+    its own runs only, so adding or removing another preset leaves it unchanged (one bootstrap over the whole dict
+    draws each preset's resamples after the previous presets', in the dict's order)."""
+    points, intervals = {}, {}
+    for name, scores in score_dict.items():
+        point, interval = rliable_estimates({name: scores}, func)
+        points[name], intervals[name] = point[name], interval[name]
+    return points, intervals
+
+
 def mean_probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
     """rliable's metrics.probability_of_improvement, vectorised: per task the Mann-Whitney U of X over Y
     divided by n_x * n_y, i.e. (#pairs x > y + 0.5 #ties) / (n_x n_y); then the mean over tasks.

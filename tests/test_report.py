@@ -236,6 +236,20 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
     assert aggregate_scope(suite(["HalfCheetah", "Hopper"], 4))[2] == "4 seeds per task (an aggregate needs 5)"
 
 
+def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():
+    from benchmarks.report import aggregate_table
+
+    def runs(algos):  # ppo holds each task's best return, so a preset joining below it changes no normalisation
+        return [fake_run(task, algo, seed, [0, 1000], [0.0, 900.0 + 20 * seed * (1 + rank) + 300 * (algo == "ppo")])
+                for task in ("HalfCheetah", "Hopper") for rank, algo in enumerate(algos) for seed in range(5)]
+
+    columns = ["iqm", "iqm_ci_low", "iqm_ci_high", "mean", "mean_ci_low", "mean_ci_high"]
+    alone = aggregate_table(runs(["ppo", "hp3o"])).set_index("algo")[columns]
+    joined = aggregate_table(runs(["ppo", "hp3o", "hp3o_plus"])).set_index("algo")[columns]
+    assert joined.loc[["hp3o", "ppo"]].equals(alone.loc[["hp3o", "ppo"]])
+    assert not joined.loc["hp3o_plus"].equals(joined.loc["hp3o"])
+
+
 def test_a_task_where_most_runs_reach_the_best_is_flagged_saturated_where_the_aggregate_shows_it(monkeypatch, tmp_path):
     import matplotlib
 
@@ -568,3 +582,18 @@ def test_the_mujoco_aggregate_and_the_claims_table_compare_the_same_tasks_and_ag
         assert claim["seeds"] == row["seeds_per_task"]
         assert (row["poi_vs_ppo"], row["poi_ci_low"], row["poi_ci_high"]) == (
             claim["value"], claim["ci_low"], claim["ci_high"])
+
+
+def test_the_report_refuses_a_folder_of_suites_in_one_line_instead_of_pooling_them(tmp_path, capsys):
+    import pytest
+
+    from benchmarks.report import main as report_main
+
+    for suite in ("one", "two"):
+        (tmp_path / "runs" / suite / "CartPole" / "ppo").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_:
+        report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report")])
+    assert exit_.value.code == 2 and not (tmp_path / "report").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"python -m benchmarks.report: error: argument suites: {tmp_path / 'runs'} is a folder of suites (one, two), "
+        f"not one suite: name the suites, e.g. {tmp_path / 'runs' / 'one'}")
