@@ -152,21 +152,6 @@ def test_a_suite_without_runs_is_one_line_and_leaves_the_committed_table_alone(t
                                                     " (no complete runs of a preset and of ppo on a common task)")
 
 
-def test_a_folder_of_suites_is_refused_in_one_line_not_pooled_into_one_suite(tmp_path, capsys):
-    import pytest
-
-    from benchmarks.claims import main as claims_main
-
-    for suite in ("one", "two"):
-        (tmp_path / "runs" / suite / "CartPole" / "ppo").mkdir(parents=True)
-    with pytest.raises(SystemExit) as exit_:
-        claims_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")])
-    assert exit_.value.code == 2 and not (tmp_path / "tables").exists()
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"python -m benchmarks.claims: error: argument suites: {tmp_path / 'runs'} is a folder of suites (one, two), "
-        f"not one suite: name the suites, e.g. {tmp_path / 'runs' / 'one'}")
-
-
 def test_token_tasks_are_a_group_of_their_own_never_discrete_control():
     runs = [fake_run("RLHFPraise", algo, s, (2.0 if algo == "hp3o" else 1.0) + s / 10)
             for algo in ("ppo", "hp3o") for s in range(3)]

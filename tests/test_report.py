@@ -584,16 +584,15 @@ def test_the_mujoco_aggregate_and_the_claims_table_compare_the_same_tasks_and_ag
             claim["value"], claim["ci_low"], claim["ci_high"])
 
 
-def test_the_report_refuses_a_folder_of_suites_in_one_line_instead_of_pooling_them(tmp_path, capsys):
-    import pytest
-
-    from benchmarks.report import main as report_main
+@pytest.mark.parametrize("module", ["benchmarks.report", "benchmarks.claims"])
+def test_a_folder_of_suites_is_refused_in_one_line_instead_of_pooled_into_one_suite(module, tmp_path, capsys):
+    import importlib
 
     for suite in ("one", "two"):
         (tmp_path / "runs" / suite / "CartPole" / "ppo").mkdir(parents=True)
     with pytest.raises(SystemExit) as exit_:
-        report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report")])
-    assert exit_.value.code == 2 and not (tmp_path / "report").exists()
+        importlib.import_module(module).main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and not (tmp_path / "out").exists()
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"python -m benchmarks.report: error: argument suites: {tmp_path / 'runs'} is a folder of suites (one, two), "
+        f"python -m {module}: error: argument suites: {tmp_path / 'runs'} is a folder of suites (one, two), "
         f"not one suite: name the suites, e.g. {tmp_path / 'runs' / 'one'}")
