@@ -310,3 +310,32 @@ def test_every_committed_packed_table_reads_with_this_version():
         assert logs, table
         if table.name == "episodes.parquet":
             assert max(len(frame) for frame in logs.values()) <= LAST_EPISODES, table
+
+
+def test_packing_writes_a_complete_runs_summary_on_one_line_that_reads_back_the_same(tmp_path):
+    from benchmarks.engine.logger import write_json_atomic
+    from benchmarks.runs import read_summary
+
+    suite = tmp_path / "suite"
+    done, running = suite / "CartPole" / "ppo" / "seed0", suite / "CartPole" / "ppo" / "seed1"
+    write_run(done, 0)
+    write_run(running, 1, status="interrupted")
+    summary = {**read_summary(done), "wall_time_s": 6367.458508092008, "resumed_at_env_steps": [],
+               "final_eval_return_std": math.nan, "phase_seconds": {"env step": 2990.6762658146763, "act": 1e-300},
+               "config": {"algo": {"name": "ppo", "lr": 0.000107, "betas": [0.9, 0.999]}, "note": "é, ü"}}
+    for run_dir in (done, running):
+        write_json_atomic(run_dir / "summary.json", {**summary, "status": read_summary(run_dir)["status"]})
+    running_before = (running / "summary.json").read_bytes()
+    indented = (done / "summary.json").stat().st_size
+
+    pack_main([str(suite)])
+
+    text = (done / "summary.json").read_text()
+    assert "\n" not in text and len(text) < 0.8 * indented
+    stored = json.loads(text)
+    assert list(stored) == list(summary) and math.isnan(stored.pop("final_eval_return_std"))
+    assert stored == {k: v for k, v in summary.items() if k != "final_eval_return_std"}
+    assert (running / "summary.json").read_bytes() == running_before  # a run that may resume keeps its file
+    packed = (done / "summary.json").read_bytes()
+    pack_main([str(suite)])
+    assert (done / "summary.json").read_bytes() == packed
