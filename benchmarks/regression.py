@@ -13,8 +13,12 @@ Verdict per metric, with d = mean(candidate) - mean(reference) over seeds:
     large:       d < -min_effect * progress, where progress is how far the
                  reference learned: mean(reference final) - mean(reference first eval).
 - MISSING when the candidate has no complete run for a reference (env, algo).
+- INCOMPARABLE when the candidate's runs were evaluated at other env steps than
+  the reference's (another total_steps, eval.every_steps or eval.at_start):
+  their AUC and final return measure another horizon. A line below the table
+  names both schedules.
 - ok otherwise.
-Exit status 1 on any REGRESSION or MISSING, else 0. On CPU with the same code
+Exit status 1 on any REGRESSION, MISSING or INCOMPARABLE, else 0. On CPU with the same code
 and seeds the runs are bit-identical and d is exactly 0; the two guards are
 for machines whose floating point differs, where the curves diverge as
 another set of seeds would.
@@ -49,23 +53,39 @@ def bootstrap_upper_bound(reference: np.ndarray, candidate: np.ndarray, alpha: f
     return float(np.quantile(cand - ref, 1.0 - alpha))
 
 
+def eval_schedule(run: dict) -> tuple[int, ...]:
+    """The env steps a run was evaluated at."""
+    return tuple(int(step) for step in run["eval"]["env_steps"])
+
+
+def schedule_text(steps: tuple[int, ...]) -> str:
+    return f"{len(steps)} evaluations, at {steps[0]:,} to {steps[-1]:,} env steps" if steps else "no evaluation"
+
+
 def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float, min_effect: float,
             resamples: int) -> pd.DataFrame:
-    def by_key(runs):
-        return {key: [curve_metrics(run["eval"]) for run in group] for key, group in group_runs(runs).items()}
-
-    reference, candidate = by_key(reference_runs), by_key(candidate_runs)
-    rows = []
+    """One row per (env, algo, metric) of the reference; table.attrs["notes"]: a line per INCOMPARABLE cell."""
+    reference, candidate = group_runs(reference_runs), group_runs(candidate_runs)
+    rows, notes = [], []
     for key in sorted(reference):
         env, algo = key
-        ref = pd.DataFrame(reference[key])
+        ref = pd.DataFrame([curve_metrics(run["eval"]) for run in reference[key]])
         progress = ref["final"].mean() - ref["first"].mean()
         threshold = -min_effect * abs(progress)
+        empty = {"env": env, "algo": algo, "metric": "-", "reference": "-", "candidate": "-", "difference": "-",
+                 "upper_bound": "-", "threshold": "-"}
         if key not in candidate:
-            rows.append({"env": env, "algo": algo, "metric": "-", "reference": "-", "candidate": "-",
-                         "difference": "-", "upper_bound": "-", "threshold": "-", "verdict": "MISSING"})
+            rows.append({**empty, "verdict": "MISSING"})
             continue
-        cand = pd.DataFrame(candidate[key])
+        expected = eval_schedule(reference[key][0])
+        other = [eval_schedule(run) for run in candidate[key] if eval_schedule(run) != expected]
+        if other:
+            got = other[0]
+            rows.append({**empty, "verdict": "INCOMPARABLE"})
+            notes.append(f"INCOMPARABLE {env} {algo}: the candidate has {schedule_text(got)}, the reference "
+                         f"{schedule_text(expected)}: train it with the reference's total_steps and eval settings")
+            continue
+        cand = pd.DataFrame([curve_metrics(run["eval"]) for run in candidate[key]])
         for metric in METRICS:
             ref_values, cand_values = ref[metric].to_numpy(), cand[metric].to_numpy()
             difference = cand_values.mean() - ref_values.mean()
@@ -80,7 +100,9 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
                 "threshold": f"{threshold:.1f}",
                 "verdict": "REGRESSION" if regression else "ok",
             })
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["notes"] = notes
+    return table
 
 
 def directory_problem(path: Path) -> str | None:
@@ -129,6 +151,8 @@ def main(argv=None) -> int:
         print(f"candidate run not used: {run_dir}: {reason}")
     table = compare(reference_runs, candidate_runs, args.alpha, args.min_effect, args.resamples)
     print(table.to_string(index=False))
+    for note in table.attrs["notes"]:
+        print(note)
     failed = table[table["verdict"] != "ok"]
     print(f"\nalpha {args.alpha} (one-sided bootstrap, {args.resamples} resamples), min effect {args.min_effect} "
           f"x reference progress: {len(failed)} failing of {len(table)} rows")

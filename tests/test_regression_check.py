@@ -192,3 +192,18 @@ def test_the_command_fails_when_one_cells_curves_lose_their_progress(tmp_path, c
     assert regression_main(["--reference", str(REFERENCE), "--candidate", str(candidate)]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "REGRESSION" in line]
     assert lines and all(line.split()[:2] == ["CartPole", "ppo"] for line in lines), lines
+
+
+def test_a_candidate_evaluated_on_another_schedule_is_incomparable_not_compared():
+    """Another budget or eval interval measures AUC and final return over another horizon: the cell fails and a line
+    names both schedules, whatever the returns."""
+    reference = synthetic_runs([100.0, 110.0, 90.0])
+    longer = synthetic_runs([100.0, 110.0, 90.0])
+    for run in longer:
+        run["eval"] = pd.concat([run["eval"], pd.DataFrame({"env_steps": [150], "eval_return_mean": [500.0]})])
+    table = compare(reference, longer, ALPHA, MIN_EFFECT, RESAMPLES)
+    assert list(table["verdict"]) == ["INCOMPARABLE"]
+    assert table.attrs["notes"] == ["INCOMPARABLE Toy ppo: the candidate has 4 evaluations, at 0 to 150 env steps, "
+                                    "the reference 3 evaluations, at 0 to 100 env steps: train it with the "
+                                    "reference's total_steps and eval settings"]
+    assert compare(reference, reference, ALPHA, MIN_EFFECT, RESAMPLES).attrs["notes"] == []
