@@ -33,7 +33,7 @@ Only runs whose summary.json says `complete` are packed: a running or
 interrupted run keeps appending to - and resuming from byte offsets in - its
 plain CSVs. summary.json stays in each run's directory (it is how runs are
 found and what a suite skips), rewritten on one line: the same JSON, read
-alike, a quarter smaller than the trainer's indented file. A run packed earlier and trained again keeps
+alike, about 30% smaller than the trainer's indented file. A run packed earlier and trained again keeps
 its new CSVs, which readers prefer; packing again replaces its stored rows.
 Runs packed by an earlier version of this command as `<name>.csv.gz` are read
 and moved into the suite's file alike. `--unpack` writes every run's CSVs back

@@ -14,9 +14,10 @@ Verdict per metric, with d = mean(candidate) - mean(reference) over seeds:
                  reference learned: mean(reference final) - mean(reference first eval).
 - MISSING when the candidate has no complete run for a reference (env, algo).
 - INCOMPARABLE when the candidate's runs were evaluated at other env steps than
-  the reference's (another total_steps, eval.every_steps or eval.at_start):
-  their AUC and final return measure another horizon. A line below the table
-  names both schedules.
+  the reference's (another total_steps, eval.every_steps, eval.at_start or
+  rollout size, since evaluations fall on iteration boundaries): their AUC and
+  final return measure another horizon; or when the reference's own runs of the
+  cell were. A line below the table says which.
 - ok otherwise.
 Exit status 1 on any REGRESSION, MISSING or INCOMPARABLE, else 0. On CPU with the same code
 and seeds the runs are bit-identical and d is exactly 0; the two guards are
@@ -58,8 +59,15 @@ def eval_schedule(run: dict) -> tuple[int, ...]:
     return tuple(int(step) for step in run["eval"]["env_steps"])
 
 
-def schedule_text(steps: tuple[int, ...]) -> str:
-    return f"{len(steps)} evaluations, at {steps[0]:,} to {steps[-1]:,} env steps" if steps else "no evaluation"
+def schedule_difference(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    """Where two evaluation schedules part, in words: each one's count and span, and the first step they differ at."""
+    def text(steps):
+        return f"{len(steps)} evaluations, at {steps[0]:,} to {steps[-1]:,} env steps"
+
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    at = (f"evaluation {first + 1} at {got[first]:,} against {expected[first]:,}"
+          if first < min(len(got), len(expected)) else f"the same first {first} evaluations")
+    return f"{text(got)}, the reference {text(expected)} ({at})"
 
 
 def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float, min_effect: float,
@@ -72,18 +80,23 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
         ref = pd.DataFrame([curve_metrics(run["eval"]) for run in reference[key]])
         progress = ref["final"].mean() - ref["first"].mean()
         threshold = -min_effect * abs(progress)
-        empty = {"env": env, "algo": algo, "metric": "-", "reference": "-", "candidate": "-", "difference": "-",
-                 "upper_bound": "-", "threshold": "-"}
+        no_metrics = {"env": env, "algo": algo, "metric": "-", "reference": "-", "candidate": "-", "difference": "-",
+                      "upper_bound": "-", "threshold": "-"}
         if key not in candidate:
-            rows.append({**empty, "verdict": "MISSING"})
+            rows.append({**no_metrics, "verdict": "MISSING"})
             continue
         expected = eval_schedule(reference[key][0])
-        other = [eval_schedule(run) for run in candidate[key] if eval_schedule(run) != expected]
-        if other:
-            got = other[0]
-            rows.append({**empty, "verdict": "INCOMPARABLE"})
-            notes.append(f"INCOMPARABLE {env} {algo}: the candidate has {schedule_text(got)}, the reference "
-                         f"{schedule_text(expected)}: train it with the reference's total_steps and eval settings")
+        reference_other = [eval_schedule(run) for run in reference[key] if eval_schedule(run) != expected]
+        candidate_other = [eval_schedule(run) for run in candidate[key] if eval_schedule(run) != expected]
+        if reference_other or candidate_other:
+            rows.append({**no_metrics, "verdict": "INCOMPARABLE"})
+            if reference_other:
+                notes.append(f"INCOMPARABLE {env} {algo}: the reference's own runs were evaluated at different env "
+                             f"steps ({len(expected)} and {len(reference_other[0])} evaluations): remake it")
+            else:
+                notes.append(f"INCOMPARABLE {env} {algo}: the candidate has "
+                             f"{schedule_difference(candidate_other[0], expected)}: train it with the reference's "
+                             f"total_steps, rollout size (env.num_envs x env.num_steps) and eval settings")
             continue
         cand = pd.DataFrame([curve_metrics(run["eval"]) for run in candidate[key]])
         for metric in METRICS:

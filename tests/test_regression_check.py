@@ -194,16 +194,38 @@ def test_the_command_fails_when_one_cells_curves_lose_their_progress(tmp_path, c
     assert lines and all(line.split()[:2] == ["CartPole", "ppo"] for line in lines), lines
 
 
-def test_a_candidate_evaluated_on_another_schedule_is_incomparable_not_compared():
-    """Another budget or eval interval measures AUC and final return over another horizon: the cell fails and a line
-    names both schedules, whatever the returns."""
-    reference = synthetic_runs([100.0, 110.0, 90.0])
-    longer = synthetic_runs([100.0, 110.0, 90.0])
-    for run in longer:
-        run["eval"] = pd.concat([run["eval"], pd.DataFrame({"env_steps": [150], "eval_return_mean": [500.0]})])
-    table = compare(reference, longer, ALPHA, MIN_EFFECT, RESAMPLES)
-    assert list(table["verdict"]) == ["INCOMPARABLE"]
-    assert table.attrs["notes"] == ["INCOMPARABLE Toy ppo: the candidate has 4 evaluations, at 0 to 150 env steps, "
-                                    "the reference 3 evaluations, at 0 to 100 env steps: train it with the "
-                                    "reference's total_steps and eval settings"]
+def test_a_candidate_evaluated_on_another_schedule_is_incomparable_not_compared(tmp_path, capsys):
+    """Another budget, eval interval or rollout size measures AUC and final return over another horizon: the cell
+    fails and a line says where the schedules part, whatever the returns; so does a reference of mixed schedules."""
+    def evaluated_at(runs, steps):
+        for run in runs:
+            run["eval"] = pd.DataFrame({"env_steps": steps, "eval_return_mean": [float(s) for s in steps]})
+        return runs
+
+    reference = evaluated_at(synthetic_runs([0.0] * 3), [0, 50, 100])
+    for steps, where in (([0, 50, 100, 150], "4 evaluations, at 0 to 150 env steps, the reference 3 evaluations, at 0 "
+                                             "to 100 env steps (the same first 3 evaluations)"),
+                         ([0, 50], "2 evaluations, at 0 to 50 env steps, the reference 3 evaluations, at 0 to 100 env "
+                                   "steps (the same first 2 evaluations)"),
+                         ([0, 60, 100], "3 evaluations, at 0 to 100 env steps, the reference 3 evaluations, at 0 to "
+                                        "100 env steps (evaluation 2 at 60 against 50)")):
+        table = compare(reference, evaluated_at(synthetic_runs([0.0] * 3), steps), ALPHA, MIN_EFFECT, RESAMPLES)
+        assert list(table["verdict"]) == ["INCOMPARABLE"]
+        assert table.attrs["notes"] == [f"INCOMPARABLE Toy ppo: the candidate has {where}: train it with the "
+                                        f"reference's total_steps, rollout size (env.num_envs x env.num_steps) and "
+                                        f"eval settings"]
     assert compare(reference, reference, ALPHA, MIN_EFFECT, RESAMPLES).attrs["notes"] == []
+    mixed = reference[:2] + evaluated_at(synthetic_runs([0.0]), [0, 100])
+    assert compare(mixed, reference, ALPHA, MIN_EFFECT, RESAMPLES).attrs["notes"] == [
+        "INCOMPARABLE Toy ppo: the reference's own runs were evaluated at different env steps (3 and 2 evaluations): "
+        "remake it"]
+    # the command: the cell's line below the table, exit status 1
+    short = tmp_path / "short"
+    from benchmarks.engine.trainer import train
+
+    train(compose_config(["+experiment=regression_ci", "env=CartPole", "algo=ppo", "total_steps=2560",
+                          "logging.checkpoint=false"]), short / "CartPole" / "ppo" / "seed0")
+    assert regression_main(["--reference", str(REFERENCE), "--candidate", str(short), "--tasks", "CartPole",
+                            "--algos", "ppo"]) == 1
+    out = capsys.readouterr().out
+    assert "INCOMPARABLE CartPole ppo: the candidate has 2 evaluations, at 0 to 2,560 env steps, the reference 9" in out
