@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.statistics import area_under_curve
-from benchmarks.runs import group_runs, load_runs
+from benchmarks.runs import conf_name, group_runs, load_runs
 
 METRICS = ("auc", "final")
 
@@ -136,8 +136,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-effect", type=float, default=0.2,
                         help="smallest drop that counts, as a fraction of the reference's learning progress")
     parser.add_argument("--resamples", type=int, default=10_000)
-    parser.add_argument("--tasks", nargs="+", help="only these tasks (conf/env names), e.g. CartPole")
-    parser.add_argument("--algos", nargs="+", help="only these presets, e.g. ppo hp3o")
+    parser.add_argument("--tasks", nargs="+", type=conf_name("env"), help="only these tasks (conf/env names), e.g. CartPole")
+    parser.add_argument("--algos", nargs="+", type=conf_name("algo"), help="only these presets, e.g. ppo hp3o")
     args = parser.parse_args(argv)
     for role, path in (("reference", args.reference), ("candidate", args.candidate)):
         problem = directory_problem(path)

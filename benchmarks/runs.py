@@ -38,6 +38,21 @@ def existing_directory(text: str) -> Path:
 CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
 
 
+def conf_name(kind: str):
+    """argparse type of a task (kind "env") or preset (kind "algo") name: one of conf/<kind>/<name>.yaml, or one line
+    naming what there is."""
+    import argparse
+
+    def named(text: str) -> str:
+        if (CONF_ENV.parent / kind / f"{text}.yaml").is_file():
+            return text
+        have = sorted(path.stem for path in (CONF_ENV.parent / kind).glob("*.yaml"))
+        raise argparse.ArgumentTypeError(f"no conf/{kind}/{text}.yaml (have: {', '.join(have)})")
+
+    named.__name__ = {"env": "task", "algo": "preset"}.get(kind, kind)  # argparse names the type in its errors
+    return named
+
+
 def holds_tasks(path: Path) -> bool:
     """Whether a folder is laid out as a suite: <suite>/<task>/<preset>/..., a task being a conf/env/<task>.yaml."""
     return any(child.is_dir() and (CONF_ENV / f"{child.name}.yaml").exists() for child in path.iterdir())

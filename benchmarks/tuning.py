@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.validate import get_dotted
+from benchmarks.runs import suite_directory
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -775,8 +776,8 @@ def main(argv: list[str] | None = None) -> None:
     show.add_argument("--tune", required=True)
     show.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "tuning")
     transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
-    transfer.add_argument("--tuned", type=Path, required=True)
-    transfer.add_argument("--untuned", type=Path, required=True)
+    transfer.add_argument("--tuned", type=suite_directory, required=True)
+    transfer.add_argument("--untuned", type=suite_directory, required=True)
     transfer.add_argument("--out", type=Path, required=True, help="markdown file to write")
     args = parser.parse_args(argv)
     if args.command in ("apply", "report"):
@@ -785,6 +786,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--tune {args.tune}: no conf/tune/{args.tune}.yaml (have: {', '.join(known)})")
     if args.command == "transfer":
         table = transfer_table(args.tuned, args.untuned)
+        if table.empty:
+            transfer.error(f"no preset has complete runs of a task in both {args.tuned} and {args.untuned} with at least "
+                         f"3 seeds each: nothing to compare")
         text = (f"# Did tuning help at the final budget?\n\nFinal evaluation return (mean over the first k seeds both "
                 f"suites have), tuned suite {args.tuned} against untuned suite {args.untuned}; P(tuned > untuned) is "
                 f"rliable's probability of improvement over tasks with a 95% stratified-bootstrap CI. Table by "

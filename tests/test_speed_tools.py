@@ -1,5 +1,7 @@
 """The speed tools (benchmarks/speed/): what they measure is fixed, and their tables say how they were made."""
 
+import pytest
+
 from benchmarks import numerics
 from benchmarks.speed.seed_throughput import main as seed_throughput_main
 from benchmarks.speed.throughput import benchmark_config
@@ -29,21 +31,30 @@ def test_seed_throughput_writes_its_table_with_command_and_kernels(tmp_path, cap
     assert 0 < update_share < 1
 
 
-def test_variant_cost_names_how_each_preset_updates_and_refuses_an_unknown_preset(tmp_path, monkeypatch, capsys):
-    import pytest
-
+def test_variant_cost_names_how_each_preset_updates(tmp_path, monkeypatch, capsys):
     from benchmarks.speed import variant_cost
 
     # outer_ppo: its full-batch inner loop and critic fit, two phases of one program each
     assert [variant_cost.update_kind("CartPole", algo) for algo in ("ppo", "outer_ppo_lr", "hp3o", "outer_ppo")] == [
         "vectorized", "vectorized", "vectorized", "vectorized"]
-    from benchmarks.speed import engine_targets
 
-    for tool in (variant_cost, engine_targets):
-        with pytest.raises(SystemExit) as stop:
-            tool.main(["--algos", "nosuch"])
-        assert stop.value.code == 2
-        assert capsys.readouterr().err.strip().endswith("error: --algos nosuch: no conf/algo/nosuch.yaml")
+
+@pytest.mark.parametrize("tool, arguments", [
+    ("variant_cost", ["--algos", "nosuch"]), ("engine_targets", ["--algos", "nosuch"]),
+    ("throughput", ["--algos", "nosuch"]), ("seed_throughput", ["--algo", "nosuch"]), ("profile", ["--algo", "nosuch"]),
+    ("variant_cost", ["--envs", "Nope"]), ("engine_targets", ["--envs", "Nope"]), ("seed_throughput", ["--envs", "Nope"]),
+    ("profile", ["--env", "Nope"]), ("sb3_reference", ["--env", "Nope"]), ("batched_physics", ["--env", "Nope"]),
+])
+def test_a_speed_tool_refuses_an_unknown_preset_or_task_in_one_line_before_measuring(tool, arguments, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(f"benchmarks.speed.{tool}").main(arguments)
+    assert stop.value.code == 2
+    kind = "algo" if arguments[0].startswith("--algo") else "env"
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"python -m benchmarks.speed.{tool}: error: argument {arguments[0]}: no "
+                           f"conf/{kind}/{arguments[1]}.yaml (have: "), last
 
 
 def test_engine_targets_says_met_by_the_targets_sense():

@@ -345,3 +345,20 @@ def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys
     out = capsys.readouterr().out
     assert "would repeat trial 0's values: not trained, not counted; asking again" in out
     assert "the search space gave 1 new values in 20 asks: the study asks no more" in out
+
+
+def test_transfer_refuses_a_missing_suite_and_suites_with_nothing_in_common_in_one_line(tmp_path, capsys):
+    from benchmarks.tuning import main as tuning_main
+
+    (tmp_path / "empty").mkdir()
+    for arguments, message in (
+            (["--tuned", str(tmp_path / "nothing"), "--untuned", str(tmp_path / "empty")],
+             f"argument --tuned: {tmp_path / 'nothing'} does not exist"),
+            (["--tuned", str(tmp_path / "empty"), "--untuned", str(tmp_path / "empty")],
+             f"no preset has complete runs of a task in both {tmp_path / 'empty'} and {tmp_path / 'empty'} with at "
+             f"least 3 seeds each: nothing to compare")):
+        with pytest.raises(SystemExit) as stop:
+            tuning_main(["transfer", *arguments, "--out", str(tmp_path / "transfer.md")])
+        assert stop.value.code == 2 and not (tmp_path / "transfer.md").exists()
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"python -m benchmarks.tuning transfer: error: {message}")

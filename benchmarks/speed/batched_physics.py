@@ -25,6 +25,7 @@ from benchmarks.engine import batch_trainer
 from benchmarks.engine.batch_trainer import LockstepEnvs, train_batch
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.envs import make_vector_env
+from benchmarks.runs import conf_name
 
 
 def env_step_us(env_id: str, seeds: int, repeats: int, steps: int = 500) -> dict[bool, float]:
@@ -67,14 +68,14 @@ def training_seconds(env: str, steps: int, repeats: int) -> dict[bool, tuple[flo
     return {batched: tuple(float(np.median(column)) for column in zip(*values)) for batched, values in times.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="HalfCheetah")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="HalfCheetah", type=conf_name("env"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--train-steps", type=int, default=8192, help="per seed; 0 skips the training rows")
     parser.add_argument("--out", type=Path, help="also write the table there, with its command and machine")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env_id = compose_config([f"env={args.env}"]).env.id
     lines = [f"| {env_id}, one thread | Gymnasium | batched | ratio |", "|:--|--:|--:|--:|"]
     print("\n".join(lines))

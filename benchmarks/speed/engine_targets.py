@@ -24,7 +24,8 @@ from benchmarks.speed.population_step import measure as measure_steps
 from benchmarks.speed.seed_throughput import batch_sps, single_sps
 from benchmarks.speed.throughput import benchmark_config, ours_sps, parse_timing_args, print_table, sb3_sps, \
     write_timing_table
-from benchmarks.speed.variant_cost import PRESETS, refuse_unknown_presets
+from benchmarks.speed.variant_cost import PRESETS
+from benchmarks.runs import conf_name
 
 TARGETS = {"vs SB3": (">=", 3.0), "8 seeds": (">=", 4.0), "update/seed": ("<=", 1 / 3), "variant cost": ("<=", 1.2)}
 
@@ -39,15 +40,14 @@ def row(target: str, env: str, values: str, what: str, ratio: float) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"], type=conf_name("env"))
     parser.add_argument("--values", nargs="+", default=["recipe", "tuned"], choices=["recipe", "tuned"],
                         help="recipe: CleanRL's values (the family's before tuning); tuned: what a bare command runs")
     parser.add_argument("--steps", type=int, default=16384, help="env steps per seed per measured run")
-    parser.add_argument("--algos", nargs="+", default=PRESETS, help="the presets of the variant-cost target")
+    parser.add_argument("--algos", nargs="+", default=PRESETS, type=conf_name("algo"), help="the presets of the variant-cost target")
     parser.add_argument("--calls", type=int, default=200, help="minibatch steps timed per case (update/seed)")
     parser.add_argument("--no-sb3", action="store_true", help="skip the SB3 target")
     args, started, load_before = parse_timing_args(parser, argv)
-    refuse_unknown_presets(parser, args.algos)
     with_sb3 = not args.no_sb3 and importlib.util.find_spec("stable_baselines3") is not None
     rows = []
     for env in args.envs:

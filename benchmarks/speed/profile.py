@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.runs import conf_name
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,8 +38,8 @@ def phase_shares(summary: dict) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="HalfCheetah")
-    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--env", default="HalfCheetah", type=conf_name("env"))
+    parser.add_argument("--algo", default="ppo", type=conf_name("algo"))
     parser.add_argument("--backend", default="compiled", choices=["torch", "compiled"])
     parser.add_argument("--steps", type=int, default=40960)
     args = parser.parse_args(argv)
@@ -48,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
             f"eval.every_steps={10 * args.steps}", "eval.episodes=1", "logging.tensorboard=false",
             "logging.checkpoint=false", "logging.progress_bar=false", f"hydra.run.dir={tmp}/run",
         ]
-        subprocess.run(command, check=True, capture_output=True)
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:  # the run's own last line says why (a config error is one line)
+            raise SystemExit(f"error: the run failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
         summary = json.loads((Path(tmp) / "run" / "summary.json").read_text())
     print(f"{args.algo} ({args.backend} backend) on {args.env}, {summary['env_steps']} env steps: "
           f"{summary['wall_time_s']:.1f} s of training ({summary['sps']:.0f} SPS)")

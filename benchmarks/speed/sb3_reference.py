@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from benchmarks.speed.throughput import benchmark_config, sb3_model
+from benchmarks.runs import conf_name
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="CartPole")
+    parser.add_argument("--env", default="CartPole", type=conf_name("env"))
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--episodes", type=int, default=10)

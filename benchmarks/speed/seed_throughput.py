@@ -32,6 +32,7 @@ import pandas as pd
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, timed_sps, write_timing_table
 from benchmarks.engine.trainer import train
+from benchmarks.runs import conf_name
 
 
 def single_sps(env: str, algo: str, steps: int, recipe: bool = True) -> tuple[float, float]:
@@ -79,8 +80,8 @@ def two_processes_sps(env: str, algo: str, steps: int, size: int) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
-    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"], type=conf_name("env"))
+    parser.add_argument("--algo", default="ppo", type=conf_name("algo"))
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--values", choices=["recipe", "tuned"], default="recipe",
                         help="recipe: CleanRL's values (the speed tools' default); tuned: the tuned defaults")

@@ -29,6 +29,7 @@ import torch
 
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
+from benchmarks.runs import conf_name
 
 # case name -> (env config, overrides that define the rollout)
 CASES = {
@@ -120,7 +121,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=["HalfCheetah-1env", "CartPole"], choices=sorted(CASES))
-    parser.add_argument("--algos", nargs="+", default=["ppo"], help="conf/algo presets of this suite")
+    parser.add_argument("--algos", nargs="+", default=["ppo"], type=conf_name("algo"), help="conf/algo presets of this suite")
     parser.add_argument("--steps", type=int, default=20480, help="env steps per measured run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "compiled"],

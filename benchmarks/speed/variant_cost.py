@@ -17,9 +17,9 @@ import argparse
 
 from algorithms import build_algorithm
 from benchmarks.engine.envs import make_vector_env, space_dims
-from benchmarks.engine.config import PROJECT_ROOT
 from benchmarks.speed.seed_throughput import batch_sps
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
+from benchmarks.runs import conf_name
 
 PRESETS = ["ppo", "ppo_kl", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
            "hp3o_plus"]
@@ -35,21 +35,15 @@ def update_kind(env: str, algo: str) -> str:
     return algorithm.population_update
 
 
-def refuse_unknown_presets(parser: argparse.ArgumentParser, algos: list[str]) -> None:
-    for algo in algos:
-        if not (PROJECT_ROOT / "conf" / "algo" / f"{algo}.yaml").is_file():
-            parser.error(f"--algos {algo}: no conf/algo/{algo}.yaml")
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"])
-    parser.add_argument("--algos", nargs="+", default=PRESETS, help="presets (ppo is always measured: the unit)")
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah", "CartPole"], type=conf_name("env"))
+    parser.add_argument("--algos", nargs="+", default=PRESETS, type=conf_name("algo"),
+                        help="presets (ppo is always measured: the unit)")
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--steps", type=int, default=8192, help="env steps per seed per measured run")
     args, started, load_before = parse_timing_args(parser, argv)
-    refuse_unknown_presets(parser, args.algos)
 
     algos = ["ppo"] + [algo for algo in args.algos if algo != "ppo"]
     rows = []
