@@ -26,7 +26,7 @@ from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
-from benchmarks.runs import existing_file
+from benchmarks.runs import existing_file, number_in
 
 
 def load_agent(checkpoint_path: Path):
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=existing_file)
-    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--episodes", type=number_in(1, integer=True), default=10)
     parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 from omegaconf import OmegaConf
 
+from benchmarks.runs import number_in
+
 ENV_DIR = Path(__file__).resolve().parents[1] / "conf" / "env"
 
 
@@ -38,7 +40,7 @@ def random_returns(env_id: str, episodes: int, seed: int) -> np.ndarray:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--episodes", type=number_in(1, integer=True), default=50)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for path in sorted(ENV_DIR.glob("*.yaml")):

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.statistics import area_under_curve
-from benchmarks.runs import conf_name, group_runs, load_runs
+from benchmarks.runs import conf_name, group_runs, load_runs, number_in
 
 METRICS = ("auc", "final")
 
@@ -132,10 +132,10 @@ def main(argv=None) -> int:
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, required=True, help="directory of reference runs")
     parser.add_argument("--candidate", type=Path, required=True, help="directory of candidate runs")
-    parser.add_argument("--alpha", type=float, default=0.05, help="one-sided significance level")
-    parser.add_argument("--min-effect", type=float, default=0.2,
+    parser.add_argument("--alpha", type=number_in(0, 0.5, closed_low=False), default=0.05, help="one-sided significance level")
+    parser.add_argument("--min-effect", type=number_in(0), default=0.2,
                         help="smallest drop that counts, as a fraction of the reference's learning progress")
-    parser.add_argument("--resamples", type=int, default=10_000)
+    parser.add_argument("--resamples", type=number_in(1, integer=True), default=10_000)
     parser.add_argument("--tasks", nargs="+", type=conf_name("env"), help="only these tasks (conf/env names), e.g. CartPole")
     parser.add_argument("--algos", nargs="+", type=conf_name("algo"), help="only these presets, e.g. ppo hp3o")
     args = parser.parse_args(argv)

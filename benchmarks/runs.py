@@ -38,6 +38,26 @@ def existing_directory(text: str) -> Path:
 CONF_ENV = Path(__file__).resolve().parents[1] / "conf" / "env"
 
 
+def number_in(low: float, high: float | None = None, integer: bool = False, closed_low: bool = True):
+    """argparse type of a number in [low, high] (or (low, high] with closed_low=False; high None: no bound), an
+    integer with integer=True; anything else is one line naming the range."""
+    import argparse
+
+    kind = "an integer" if integer else "a number"
+    where = ("[" if closed_low else "(") + f"{low}, " + (f"{high}]" if high is not None else "inf)")
+
+    def number(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        if not (value >= low if closed_low else value > low) or (high is not None and value > high) or value != value:
+            raise argparse.ArgumentTypeError(f"must be {kind} in {where}, got {text}")
+        return value
+
+    return number
+
+
 def conf_name(kind: str):
     """argparse type of a task (kind "env") or preset (kind "algo") name: one of conf/<kind>/<name>.yaml, or one line
     naming what there is."""

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, suite_directory
+from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, number_in, suite_directory
 from benchmarks.tuning import training_seconds
 
 
@@ -108,9 +108,9 @@ def main(argv=None) -> None:
                         help="also print the mean over iterations (and seeds) of these train.csv diagnostics")
     parser.add_argument("--eval-columns", nargs="+", default=[], metavar="COLUMN",
                         help="also print these eval.csv columns of the final evaluation, mean +- std over seeds")
-    parser.add_argument("--last-iterations", type=int, default=None, metavar="N",
+    parser.add_argument("--last-iterations", type=number_in(1, integer=True), default=None, metavar="N",
                         help="with --train-columns: the mean over each run's last N iterations only")
-    parser.add_argument("--first-iterations", type=int, default=None, metavar="N",
+    parser.add_argument("--first-iterations", type=number_in(1, integer=True), default=None, metavar="N",
                         help="with --train-columns: the mean over each run's first N iterations only")
     args = parser.parse_args(argv)
     if args.last_iterations and args.first_iterations:

@@ -131,6 +131,20 @@ def test_a_candidate_that_is_not_a_directory_of_runs_is_named_as_such(make_candi
     assert capsys.readouterr().err == f"error: --candidate {candidate}: {message}\n"
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["--alpha", "2"], "argument --alpha: must be a number in (0, 0.5], got 2"),
+    (["--resamples", "0"], "argument --resamples: must be an integer in [1, inf), got 0"),
+    (["--min-effect", "-1"], "argument --min-effect: must be a number in [0, inf), got -1"),
+    (["--tasks", "Cartpole"], "argument --tasks: no conf/env/Cartpole.yaml (have: "),
+])
+def test_a_setting_out_of_range_or_a_misspelt_task_is_refused_in_one_line(arguments, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        regression_main(["--reference", str(REFERENCE), "--candidate", str(REFERENCE), *arguments])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"python -m benchmarks.regression: error: {message}")
+
+
 def test_one_cell_can_be_checked_alone(capsys):
     assert regression_main(["--reference", str(REFERENCE), "--candidate", str(REFERENCE),
                             "--tasks", "CartPole", "--algos", "hp3o"]) == 0

@@ -116,6 +116,8 @@ def test_a_column_no_run_logs_and_a_folder_of_suites_are_one_line_each(tmp_path,
              f"--train-columns: no run under {tmp_path / 'results' / 'suite'} logs rolout_time"),
             ([str(tmp_path / "results" / "suite"), "--eval-columns", "eval_return_men"],
              f"--eval-columns: no run under {tmp_path / 'results' / 'suite'} logs eval_return_men"),
+            ([str(tmp_path / "results" / "suite"), "--train-columns", "entropy", "--last-iterations", "0"],
+             "argument --last-iterations: must be an integer in [1, inf), got 0"),
             ([str(tmp_path / "results")],
              f"argument runs_dir: {tmp_path / 'results'} is a folder of suites (other, suite), not one suite: name "
              f"the suites, e.g. {tmp_path / 'results' / 'other'}")):
