@@ -35,7 +35,8 @@ from benchmarks.engine.validate import get_dotted
 from benchmarks.report import RESULTS
 from benchmarks.statistics import (area_under_curve, detectable_improvement, detectable_std_ratio,
                                    probability_of_improvement, seed_std_ratio)
-from benchmarks.runs import eval_curves, group_runs, load_runs, suite_directory
+from benchmarks.arguments import suite_directory
+from benchmarks.runs import eval_curves, group_runs, load_runs
 from benchmarks.tuning import budget_text, used_study
 
 # A claim's task group is one task family (env.family of its runs: conf/env_family/<family>.yaml), so a task added

@@ -26,7 +26,7 @@ from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
-from benchmarks.runs import existing_file, number_in
+from benchmarks.arguments import existing_file, number_in
 
 
 def load_agent(checkpoint_path: Path):

@@ -54,7 +54,8 @@ import json
 from pathlib import Path
 
 from benchmarks.engine.logger import at_timing_precision, read_csv_complete_rows, timing_columns, write_bytes_atomic
-from benchmarks.runs import LAST_EPISODES, existing_directory, read_summary
+from benchmarks.arguments import existing_directory
+from benchmarks.runs import LAST_EPISODES, read_summary
 
 PACKED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 SUITE_LOGS = "logs"  # SUITE/logs/<log>.parquet, e.g. logs/train.parquet for the runs' train.csv

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from omegaconf import OmegaConf
 
-from benchmarks.runs import number_in
+from benchmarks.arguments import number_in
 
 ENV_DIR = Path(__file__).resolve().parents[1] / "conf" / "env"
 

@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.statistics import area_under_curve
-from benchmarks.runs import conf_name, group_runs, load_runs, number_in
+from benchmarks.arguments import conf_name, number_in
+from benchmarks.runs import group_runs, load_runs
 
 METRICS = ("auc", "final")
 

@@ -49,7 +49,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, suite_directory
+from benchmarks.arguments import suite_directory
+from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,

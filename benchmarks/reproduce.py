@@ -36,7 +36,8 @@ from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_late
 from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
 from benchmarks.engine.trainer import train
-from benchmarks.runs import existing_directory, group_runs, load_runs
+from benchmarks.arguments import existing_directory
+from benchmarks.runs import group_runs, load_runs
 
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, number_in, suite_directory
+from benchmarks.arguments import number_in, suite_directory
+from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs
 from benchmarks.tuning import training_seconds
 
 

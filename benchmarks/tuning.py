@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.validate import get_dotted
-from benchmarks.runs import suite_directory
+from benchmarks.arguments import suite_directory
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ from benchmarks.engine import batch_trainer
 from benchmarks.engine.batch_trainer import LockstepEnvs, train_batch
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.envs import make_vector_env
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 
 def env_step_us(env_id: str, seeds: int, repeats: int, steps: int = 500) -> dict[bool, float]:

@@ -25,7 +25,7 @@ from benchmarks.speed.seed_throughput import batch_sps, single_sps
 from benchmarks.speed.throughput import benchmark_config, ours_sps, parse_timing_args, print_table, sb3_sps, \
     write_timing_table
 from benchmarks.speed.variant_cost import PRESETS
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 TARGETS = {"vs SB3": (">=", 3.0), "8 seeds": (">=", 4.0), "update/seed": ("<=", 1 / 3), "variant cost": ("<=", 1.2)}
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from benchmarks.speed.throughput import benchmark_config, sb3_model
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 
 def main(argv=None) -> None:

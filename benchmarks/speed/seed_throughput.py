@@ -32,7 +32,7 @@ import pandas as pd
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, timed_sps, write_timing_table
 from benchmarks.engine.trainer import train
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 
 def single_sps(env: str, algo: str, steps: int, recipe: bool = True) -> tuple[float, float]:

@@ -29,7 +29,7 @@ import torch
 
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 # case name -> (env config, overrides that define the rollout)
 CASES = {

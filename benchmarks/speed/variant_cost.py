@@ -19,7 +19,7 @@ from algorithms import build_algorithm
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.speed.seed_throughput import batch_sps
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
-from benchmarks.runs import conf_name
+from benchmarks.arguments import conf_name
 
 PRESETS = ["ppo", "ppo_kl", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
            "hp3o_plus"]
