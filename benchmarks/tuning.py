@@ -270,9 +270,16 @@ class TuningStudy:
         return trials
 
     def repeats(self, trial) -> int | None:
-        """The number of an earlier trial asked with exactly these values (and trained, or training), else None."""
+        """The number of an earlier trial (trained, or training) asked with these values as a values file writes
+        them (yaml_scalar: floats at 4 significant digits, so that `apply` could not tell the two apart), else None.
+        Trial 0 runs the values file's rounded values, and a sampler seeded as the round it came from draws them
+        again unrounded."""
+        def written(params: dict) -> dict:
+            return {key: yaml_scalar(value) for key, value in params.items()}
+
+        asked = written(trial.params)
         for other in self.study.get_trials(deepcopy=False):
-            if other.number != trial.number and other.params == trial.params and not never_trained(other):
+            if other.number != trial.number and not never_trained(other) and written(other.params) == asked:
                 return other.number
         return None
 

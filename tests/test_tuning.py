@@ -347,6 +347,23 @@ def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys
     assert "the search space gave 1 new values in 20 asks: the study asks no more" in out
 
 
+def test_a_trial_whose_values_differ_below_the_values_files_precision_repeats_the_earlier_one():
+    """The HP3O+ 1M study's trial 5 drew its 300k best unrounded (threshold 0.21674264) beside trial 0's written
+    0.2167, trained the same runs again and scored the same AUC: such values count as a repeat."""
+    distributions = {"algo.threshold": optuna.distributions.FloatDistribution(0.1, 10.0, log=True),
+                     "algo.k": optuna.distributions.CategoricalDistribution([1, 2])}
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"algo.threshold": 0.2167, "algo.k": 1},
+                                              distributions=distributions, value=0.5, user_attrs={"env_steps": 100}))
+    tuner = tuning.TuningStudy.__new__(tuning.TuningStudy)  # the check alone: no config, no training
+    tuner.study = study
+    for threshold, k, repeated in ((0.21674264425031792, 1, 0), (0.21674264425031792, 2, None), (0.2169, 1, None)):
+        study.enqueue_trial({"algo.threshold": threshold, "algo.k": k})
+        trial = study.ask(distributions)
+        assert tuner.repeats(trial) == repeated, (threshold, k)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)  # never trained: no later trial repeats it
+
+
 def test_transfer_refuses_a_missing_suite_and_suites_with_nothing_in_common_in_one_line(tmp_path, capsys):
     from benchmarks.tuning import main as tuning_main
 
