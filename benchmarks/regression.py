@@ -87,8 +87,8 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
             rows.append({**no_metrics, "verdict": "MISSING"})
             continue
         expected = eval_schedule(reference[key][0])
-        reference_other = [eval_schedule(run) for run in reference[key] if eval_schedule(run) != expected]
-        candidate_other = [eval_schedule(run) for run in candidate[key] if eval_schedule(run) != expected]
+        reference_other = [s for s in map(eval_schedule, reference[key]) if s != expected]
+        candidate_other = [s for s in map(eval_schedule, candidate[key]) if s != expected]
         if reference_other or candidate_other:
             rows.append({**no_metrics, "verdict": "INCOMPARABLE"})
             if reference_other:

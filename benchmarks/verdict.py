@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from benchmarks.arguments import conf_name
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
 from benchmarks.engine.config import compose_config
 from benchmarks.runs import load_runs
@@ -110,16 +111,15 @@ def main(argv: list[str] | None = None) -> None:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", required=True, help="the preset (conf/algo/<algo>.yaml)")
-    parser.add_argument("--tune", required=True, help="the family's tuning round (conf/tune/<tune>.yaml)")
-    parser.add_argument("--suite", required=True, help="the final evaluation (conf/experiment/<suite>.yaml)")
+    parser.add_argument("--algo", required=True, type=conf_name("algo"), help="the preset (conf/algo/<algo>.yaml)")
+    parser.add_argument("--tune", required=True, type=conf_name("tune"),
+                        help="the family's tuning round (conf/tune/<tune>.yaml)")
+    parser.add_argument("--suite", required=True, type=conf_name("experiment"),
+                        help="the final evaluation (conf/experiment/<suite>.yaml)")
     parser.add_argument("--study-args", default="", help="overrides for the study's run.py call only (quoted)")
     parser.add_argument("--suite-args", default="", help="overrides for the final evaluation's calls only (quoted)")
     parser.add_argument("--out", type=Path, help="where the verdict goes (default results/verdicts/<algo>_<suite>)")
     args = parser.parse_args(argv)
-    for kind, name in (("algo", args.algo), ("tune", args.tune), ("experiment", args.suite)):
-        if not (PROJECT_ROOT / "conf" / kind / f"{name}.yaml").is_file():
-            parser.error(f"no conf/{kind}/{name}.yaml")
     if args.algo == "ppo":  # the baseline: its study and runs are the ones every verdict compares against
         parser.error("--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict "
                      "compares against; give a variant")
