@@ -239,18 +239,8 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHMS))} (got {kind!r})")
     rules = config_rules(data)
 
-    for key, check, allowed in rules:
-        try:
-            value = get_dotted(data, key)
-        except KeyError:
-            errors.append(f"{key} is missing (must be {allowed})")
-            continue
-        if not check(value):
-            errors.append(f"{key} must be {allowed}, got {value!r}")
-
-    errors += _unknown_keys(data, rules)
-
     hparams = data.get("env", {}).get("hparams", {})
+    bad_hparams = {}  # name -> value of each invalid env.hparams.* key
     for hparam, value in (hparams.items() if isinstance(hparams, dict) else []):
         if hparam not in ENV_HPARAM_RULES:
             errors.append(f"env.hparams.{hparam} is not a task-family hyperparameter "
@@ -259,6 +249,19 @@ def validate_config(cfg: DictConfig) -> None:
         key, check, allowed = ENV_HPARAM_RULES[hparam]
         if not check(value):
             errors.append(f"{key} must be {allowed}, got {value!r}")
+            bad_hparams[hparam] = value
+
+    for key, check, allowed in rules:
+        try:
+            value = get_dotted(data, key)
+        except KeyError:
+            errors.append(f"{key} is missing (must be {allowed})")
+            continue
+        inherited = key.startswith("algo.") and bad_hparams.get(key.removeprefix("algo."), object()) == value
+        if not check(value) and not inherited:  # an algo.* value read from a bad env.hparams.* is said there once
+            errors.append(f"{key} must be {allowed}, got {value!r}")
+
+    errors += _unknown_keys(data, rules)
 
     if not errors:
         errors += _cross_checks(data)
