@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.validate import get_dotted
-from benchmarks.arguments import suite_directory
+from benchmarks.arguments import conf_name, suite_directory
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -776,21 +776,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     apply = commands.add_parser("apply", help="write a study's best values into conf/")
-    apply.add_argument("--tune", required=True, help="conf/tune/<name>.yaml of the study (e.g. mujoco)")
+    apply.add_argument("--tune", type=conf_name("tune"), required=True,
+                       help="conf/tune/<name>.yaml of the study (e.g. mujoco)")
     apply.add_argument("--algo", required=True, nargs="+", help="preset(s) whose study to apply")
     apply.add_argument("--storage", help="another storage than the tuning config's (e.g. a study run elsewhere)")
     show = commands.add_parser("report", help="table and sensitivity figures of every study of a tuning config")
-    show.add_argument("--tune", required=True)
+    show.add_argument("--tune", type=conf_name("tune"), required=True)
     show.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "tuning")
     transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
     transfer.add_argument("--tuned", type=suite_directory, required=True)
     transfer.add_argument("--untuned", type=suite_directory, required=True)
     transfer.add_argument("--out", type=Path, required=True, help="markdown file to write")
     args = parser.parse_args(argv)
-    if args.command in ("apply", "report"):
-        known = sorted(path.stem for path in (PROJECT_ROOT / "conf" / "tune").glob("*.yaml"))
-        if args.tune not in known:
-            parser.error(f"--tune {args.tune}: no conf/tune/{args.tune}.yaml (have: {', '.join(known)})")
     if args.command == "transfer":
         table = transfer_table(args.tuned, args.untuned)
         if table.empty:

@@ -70,7 +70,7 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
                             capture_output=True, text=True)
     have = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "tune").glob("*.yaml")))
     assert report.returncode == 2 and report.stderr.splitlines()[-1] == (
-        f"python -m benchmarks.tuning: error: --tune nosuch: no conf/tune/nosuch.yaml (have: {have})")
+        f"python -m benchmarks.tuning report: error: argument --tune: no conf/tune/nosuch.yaml (have: {have})")
     apply = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "apply", "--tune", "classic", "--algo", "nosuch"],
                            cwd=ROOT, capture_output=True, text=True)
     assert apply.returncode == 1 and apply.stderr.startswith("error: no study 'nosuch' in sqlite:///results/tuning/"
