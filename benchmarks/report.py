@@ -1089,8 +1089,8 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
             pending = [pool.submit(report_suite, suite_dir, target, plots) for suite_dir, target in order]
             for finished in as_completed(pending):
                 progress(finished.result())
-    if stamps is not None and plots:
-        stamps.write_text(json.dumps({**known, **current}, indent=1, sort_keys=True) + "\n")
+    if stamps is not None and plots:  # every suite's stamp; a suite whose runs left results/ leaves with them
+        stamps.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
 
 
 def headline(table_paths: list[Path]) -> str:
