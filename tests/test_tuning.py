@@ -79,7 +79,7 @@ def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(t
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "error: no trial of the batch (0, 1) trained an env step: their jobs were refused" in result.stderr
-    assert "algo.lr must be a number > 0" in result.stderr
+    assert "env.hparams.lr must be a number > 0" in result.stderr  # named at its source, once
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
     assert [t.user_attrs["env_steps"] for t in study.trials] == [0, 0]
