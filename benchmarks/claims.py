@@ -51,7 +51,7 @@ GROUP_TEXT = {"mujoco": "MuJoCo", "classic_continuous": "classic control, contin
 # in this order of preference: a claim's rows come from the first suite in which its preset has runs on every task
 # PPO has there in the claim's family (the 1M, 10-seed protocol first; an earlier protocol's suite answers for a
 # preset the newer one has not finished), else from the first suite with any common task. No row mixes suites.
-TUNED_SUITES = ("mujoco_1m", "classic_10seeds", "classic_tuned", "rlhf")
+TUNED_SUITES = ("mujoco_1m", "classic_10seeds", "rlhf")
 MIN_SEEDS = 3  # a task enters a comparison only with at least this many seeds of both algorithms
 
 

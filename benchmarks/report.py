@@ -1140,7 +1140,7 @@ def committed_suites() -> list[Path]:
 
 # The suites the comparison rests on, first in results/figures.md (docs/results.md reads them); every other suite
 # under results/runs follows under "Other suites" (docs/history.md says what each was for).
-CURRENT_SUITES = ("mujoco_1m", "classic_10seeds", "classic_tuned", "rlhf", "rlhf_kl",
+CURRENT_SUITES = ("mujoco_1m", "classic_10seeds", "rlhf", "rlhf_kl",
                   "default_budget_300k", "ppo_mujoco_1M", "ppo_cartpole_100k", "ppo_cartpole_500k", "ppo_cartpole_zoo_100k")
 
 
