@@ -324,7 +324,9 @@ class TuningStudy:
         if problems or not scores:
             self.finish(trial)  # fails it, with its problems
             return False
-        trial.report(float(np.mean(list(scores.values()))), step=rung)
+        # a trial resumed after a stop reported its earlier rungs already (Optuna would keep the first and warn)
+        if rung not in self.study.trials[trial.number].intermediate_values:
+            trial.report(float(np.mean(list(scores.values()))), step=rung)
         if not trial.should_prune():
             return True
         self.record_spent(trial)

@@ -379,3 +379,15 @@ def test_transfer_refuses_a_missing_suite_and_suites_with_nothing_in_common_in_o
         assert stop.value.code == 2 and not (tmp_path / "transfer.md").exists()
         assert capsys.readouterr().err.strip().splitlines()[-1] == (
             f"python -m benchmarks.tuning transfer: error: {message}")
+
+
+def test_a_resumed_trial_reports_each_rung_once(recwarn):
+    """A study stopped between rungs judges its running trials again from their first rung: each rung's value is
+    reported once (Optuna would keep the first and warn about the second)."""
+    tuner = tuning.TuningStudy.__new__(tuning.TuningStudy)  # only judge_at_rung's parts
+    tuner.study = optuna.create_study(direction="maximize")
+    tuner.scores = lambda trial, rung: ({"CartPole/seed1000": 0.5}, [])
+    trial = tuner.study.ask()
+    assert tuner.judge_at_rung(trial, 1000) and tuner.judge_at_rung(trial, 1000)
+    assert tuner.study.trials[trial.number].intermediate_values == {1000: 0.5}
+    assert not [w for w in recwarn if "already reported" in str(w.message)]
