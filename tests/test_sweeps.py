@@ -5,11 +5,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
 from conftest import ROOT
 
+from benchmarks.engine.checkpoint import read_checkpoint
 from tests.test_resume import wait_for_rows
 
 
@@ -60,6 +62,44 @@ def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
     assert summary["status"] == "complete" and summary["resumed_at_env_steps"]
     iterations = pd.read_csv(tmp_path / "0" / "train.csv")["iteration"].tolist()
     assert iterations == list(range(1, 17)), "every iteration logged exactly once across the requeue"
+
+
+@pytest.mark.slow
+def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun_resumes(tmp_path):
+    """Slurm, `timeout` and `kill -- -PGID` signal a sweep's whole process group: the launcher's process and its
+    joblib workers. Every running job must finish its iteration, checkpoint and record why it stopped - none
+    killed before it could by the launcher tearing its workers down - and rerunning the command resumes both."""
+    command = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+               "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=16384",
+               "eval.every_steps=8192", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
+               "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    log = tmp_path / "sweep.log"  # a file, not a pipe: the workers, which outlive the launcher, hold it open
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    runs = [tmp_path / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
+    try:
+        for run_dir in runs:
+            wait_for_rows(run_dir, 2, sweep)
+        os.killpg(sweep.pid, signal.SIGTERM)
+        sweep.wait(timeout=120)
+        deadline = time.monotonic() + 60  # the workers outlive the launcher's process by their last iteration
+        while not all((run_dir / "summary.json").exists() for run_dir in runs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        try:  # joblib's idle workers, left without their parent
+            os.killpg(sweep.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for run_dir in runs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM", log.read_text()
+        assert summary["checkpointed"] and summary["env_steps"] < 16384
+        assert read_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == summary["env_steps"]
+    rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    for run_dir in runs:
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "complete"
+        assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 33))
 
 
 def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_path):
