@@ -30,6 +30,17 @@ def refuse_seed_beside_seeds(cfg: DictConfig, overrides) -> None:
                           f"(seeds=[{cfg.seed}] trains seed {cfg.seed} alone)")
 
 
+def note_task_override(cfg: DictConfig, overrides) -> None:
+    """env.id typed on the command line swaps the task under env=<Name>'s name, family values and scores: said once,
+    so that a run named CartPole that trained another task is not taken for CartPole's."""
+    preset = Path(__file__).parent / "conf" / "env" / f"{cfg.env.name}.yaml"
+    typed = any(override.lstrip("+~").split("=", 1)[0] == "env.id" for override in overrides)
+    if typed and preset.is_file() and OmegaConf.load(preset).get("id") != cfg.env.id:
+        print(f"note: env.id={cfg.env.id} trains that task under env={cfg.env.name}'s name, family values and "
+              f"scores (its run directory and report rows say {cfg.env.name}); a task of its own is a "
+              f"conf/env/<Name>.yaml file (docs/extending.md)", file=sys.stderr)
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     mark_job(cfg, Path(HydraConfig.get().runtime.output_dir))
@@ -60,6 +71,7 @@ def main(cfg: DictConfig) -> float | None:
         remove_if_untouched(job_dir)
         sys.exit(2)
 
+    note_task_override(cfg, HydraConfig.get().overrides.task)
     from benchmarks.engine.logger import write_json_atomic
 
     # heavy imports only after the config is known good
