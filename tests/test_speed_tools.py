@@ -75,3 +75,15 @@ def test_gemm_routes_writes_every_route_for_one_seed_and_eight(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows[0].replace(" ", "") == "|seeds|torchbmm(us)|compiledloops(us)|numpyOpenBLAS(us)|"
     assert [row.split("|")[1].strip() for row in rows[2:]] == ["1", "8"]
+
+
+def test_profile_of_a_population_divides_each_phase_by_every_seeds_steps(capsys):
+    from benchmarks.speed import profile
+
+    profile.main(["--env", "CartPole", "--seeds", "2", "--steps", "1024", "--backend", "torch"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ppo (torch backend) on CartPole, 2 seed(s) x 1024 env steps: ")
+    rows = [line.strip("|").split("|") for line in lines[3:]]
+    assert {row[0].strip() for row in rows} >= {"update", "act", "env step", "rest of the loop"}
+    for phase, seconds, _share, per_seed_step in rows:
+        assert float(per_seed_step) == pytest.approx(1e6 * float(seconds) / (2 * 1024), abs=0.06 + 1e6 * 0.005 / 2048)
