@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.arguments import suite_directory
+from benchmarks.arguments import existing_file, suite_directory
 from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
@@ -1096,6 +1096,10 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
 def headline(table_paths: list[Path]) -> str:
     """Markdown pivot of written tables: one row per algorithm, one column per task, final return mean +- std."""
     tables = pd.concat([pd.read_csv(path) for path in table_paths])
+    missing = [column for column in ("algo", "task", "env_steps", "final_mean", "final_std") if column not in tables]
+    if missing:  # a CSV that is not a suite's result table (results/tables/<suite>.csv)
+        raise SystemExit(f"error: --headline reads suite result tables (results/tables/<suite>.csv); "
+                         f"{', '.join(map(str, table_paths))} have no column {', '.join(missing)}")
     tables["cell"] = [f"{m:.1f} +- {s:.1f}" for m, s in zip(tables["final_mean"], tables["final_std"])]
     tables["column"] = [f"{t} ({int(n) // 1000}k)" for t, n in zip(tables["task"], tables["env_steps"].round(-3))]
     pivot = tables.pivot(index="algo", columns="column", values="cell").fillna("")
@@ -1111,7 +1115,7 @@ def main(argv=None) -> None:
     parser.add_argument("suites", nargs="*", type=suite_directory, help="suite directories (default: every results/runs/*)")
     parser.add_argument("--out", type=Path, help="where tables/ and plots/ go (default: results/ for a suite under "
                         "results/runs, else a report/ folder beside the suite's runs)")
-    parser.add_argument("--headline", nargs="+", type=Path, metavar="TABLE_CSV",
+    parser.add_argument("--headline", nargs="+", type=existing_file, metavar="TABLE_CSV",
                         help="only print a Markdown pivot (algo x task, final return) of these written tables")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                         help="suites reported at once, one process each (default: this machine's cores)")

@@ -596,3 +596,18 @@ def test_a_folder_of_suites_is_refused_in_one_line_instead_of_pooled_into_one_su
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"python -m {module}: error: argument suites: {tmp_path / 'runs'} is a folder of suites (one, two), "
         f"not one suite: name the suites, e.g. {tmp_path / 'runs' / 'one'}")
+
+
+def test_headline_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
+    from benchmarks.report import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--headline", str(tmp_path / "nosuch.csv")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"python -m benchmarks.report: error: argument --headline: {tmp_path / 'nosuch.csv'} does not exist")
+    (tmp_path / "other.csv").write_text("algo,value\nppo,1\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["--headline", str(tmp_path / "other.csv")])
+    assert str(stop.value) == (f"error: --headline reads suite result tables (results/tables/<suite>.csv); "
+                               f"{tmp_path / 'other.csv'} have no column task, env_steps, final_mean, final_std")
