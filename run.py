@@ -30,15 +30,19 @@ def refuse_seed_beside_seeds(cfg: DictConfig, overrides) -> None:
                           f"(seeds=[{cfg.seed}] trains seed {cfg.seed} alone)")
 
 
-def note_task_override(cfg: DictConfig, overrides) -> None:
-    """env.id typed on the command line swaps the task under env=<Name>'s name, family values and scores: said once,
-    so that a run named CartPole that trained another task is not taken for CartPole's."""
-    preset = Path(__file__).parent / "conf" / "env" / f"{cfg.env.name}.yaml"
-    typed = any(override.lstrip("+~").split("=", 1)[0] == "env.id" for override in overrides)
-    if typed and preset.is_file() and OmegaConf.load(preset).get("id") != cfg.env.id:
-        print(f"note: env.id={cfg.env.id} trains that task under env={cfg.env.name}'s name, family values and "
-              f"scores (its run directory and report rows say {cfg.env.name}); a task of its own is a "
-              f"conf/env/<Name>.yaml file (docs/extending.md)", file=sys.stderr)
+def note_task_override(cfg: DictConfig) -> None:
+    """env.id or env.name typed over the chosen env=<Name> trains another task, or the same under another name, with
+    <Name>'s family values and scores: said once, so that such a run is not taken for what its name says."""
+    chosen = HydraConfig.get().runtime.choices.get("env")
+    preset = Path(__file__).parent / "conf" / "env" / f"{chosen}.yaml"
+    if not preset.is_file():
+        return
+    own = OmegaConf.load(preset)
+    if (own.get("id"), own.get("name")) != (cfg.env.id, cfg.env.name):
+        print(f"note: env.id={cfg.env.id} env.name={cfg.env.name} over env={chosen} (id {own.get('id')}): the run "
+              f"trains {cfg.env.id} under the name {cfg.env.name} (its run directory and report rows) with "
+              f"env={chosen}'s family values and scores; a task of its own is a conf/env/<Name>.yaml file "
+              f"(docs/extending.md)", file=sys.stderr)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -71,7 +75,7 @@ def main(cfg: DictConfig) -> float | None:
         remove_if_untouched(job_dir)
         sys.exit(2)
 
-    note_task_override(cfg, HydraConfig.get().overrides.task)
+    note_task_override(cfg)
     from benchmarks.engine.logger import write_json_atomic
 
     # heavy imports only after the config is known good

@@ -1095,13 +1095,25 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
 
 def headline(table_paths: list[Path]) -> str:
     """Markdown pivot of written tables: one row per algorithm, one column per task, final return mean +- std."""
-    tables = pd.concat([pd.read_csv(path) for path in table_paths])
-    missing = [column for column in ("algo", "task", "env_steps", "final_mean", "final_std") if column not in tables]
-    if missing:  # a CSV that is not a suite's result table (results/tables/<suite>.csv)
-        raise SystemExit(f"error: --headline reads suite result tables (results/tables/<suite>.csv); "
-                         f"{', '.join(map(str, table_paths))} have no column {', '.join(missing)}")
+    read = []
+    for path in table_paths:  # each a suite's result table (results/tables/<suite>.csv), or one line saying why not
+        try:
+            table = pd.read_csv(path)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+            raise SystemExit(f"error: --headline: {path} is not a CSV table ({error})") from None
+        missing = [column for column in ("algo", "task", "env_steps", "final_mean", "final_std") if column not in table]
+        if missing or table[["env_steps", "final_mean", "final_std"]].isna().any().any():
+            raise SystemExit(f"error: --headline reads suite result tables (results/tables/<suite>.csv); {path} "
+                             + (f"has no column {', '.join(missing)}" if missing else "has rows without a final return"))
+        read.append(table)
+    tables = pd.concat(read)
     tables["cell"] = [f"{m:.1f} +- {s:.1f}" for m, s in zip(tables["final_mean"], tables["final_std"])]
     tables["column"] = [f"{t} ({int(n) // 1000}k)" for t, n in zip(tables["task"], tables["env_steps"].round(-3))]
+    twice = tables[tables.duplicated(["algo", "column"])]
+    if len(twice):
+        algo, column = twice.iloc[0][["algo", "column"]]
+        raise SystemExit(f"error: --headline: the tables give {algo} on {column} more than once: name tables of "
+                         f"different tasks or budgets")
     pivot = tables.pivot(index="algo", columns="column", values="cell").fillna("")
     order = sorted(pivot.index, key=lambda algo: (algo != "ppo", algo))
     return pivot.loc[order].to_markdown()

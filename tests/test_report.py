@@ -4,7 +4,7 @@ import filecmp
 
 import pandas as pd
 import pytest
-from conftest import QUIET
+from conftest import QUIET, ROOT
 
 from benchmarks.pack import main as pack_main
 from benchmarks.statistics import bootstrap_mean_ci, interquartile_mean
@@ -610,4 +610,13 @@ def test_headline_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--headline", str(tmp_path / "other.csv")])
     assert str(stop.value) == (f"error: --headline reads suite result tables (results/tables/<suite>.csv); "
-                               f"{tmp_path / 'other.csv'} have no column task, env_steps, final_mean, final_std")
+                               f"{tmp_path / 'other.csv'} has no column task, env_steps, final_mean, final_std")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(SystemExit) as stop:
+        main(["--headline", str(tmp_path / "empty.csv")])
+    assert str(stop.value).startswith(f"error: --headline: {tmp_path / 'empty.csv'} is not a CSV table (")
+    table = ROOT / "results" / "tables" / "mujoco_1m.csv"
+    with pytest.raises(SystemExit) as stop:
+        main(["--headline", str(table), str(table)])
+    assert str(stop.value) == ("error: --headline: the tables give hp3o on Ant (999k) more than once: name tables "
+                               "of different tasks or budgets")

@@ -74,8 +74,9 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
                "eval.every_steps=8192", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
                "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     log = tmp_path / "sweep.log"  # a file, not a pipe: the workers, which outlive the launcher, hold it open
-    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    with log.open("w") as output:
+        sweep = subprocess.Popen(command, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
     runs = [tmp_path / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
     try:
         for run_dir in runs:
@@ -90,15 +91,19 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
             os.killpg(sweep.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    stopped_at = {}
     for run_dir in runs:
+        assert (run_dir / "summary.json").exists(), f"{run_dir} stopped without its summary: {log.read_text()}"
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM", log.read_text()
         assert summary["checkpointed"] and summary["env_steps"] < 16384
         assert read_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == summary["env_steps"]
+        stopped_at[run_dir] = summary["env_steps"]
     rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     for run_dir in runs:
-        assert json.loads((run_dir / "summary.json").read_text())["status"] == "complete"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["resumed_at_env_steps"] == [stopped_at[run_dir]]
         assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 33))
 
 

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.arguments import conf_name
+from benchmarks.arguments import conf_name, number_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algo", default="ppo", type=conf_name("algo"))
     parser.add_argument("--backend", default="compiled", choices=["torch", "compiled"])
     parser.add_argument("--steps", type=int, default=40960, help="env steps per seed")
-    parser.add_argument("--seeds", type=int, default=1, help="train a population of this many seeds (seeds=[0..N-1])")
+    parser.add_argument("--seeds", type=number_in(1, integer=True), default=1, help="train a population of this many seeds (seeds=[0..N-1])")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         command = [
