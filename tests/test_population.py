@@ -329,6 +329,33 @@ def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_re
         program(torch.ones(4))                    # another shape: a recompile
 
 
+def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without_dynamos_frame(compiled):
+    # The frame costs more than a small graph; where the graph reads nothing but the call's own tensors, the
+    # block's later calls run it directly, with the frame's outputs in the frame's structure. A graph that reads a
+    # tensor from elsewhere (an attribute) keeps the frame: it would read that tensor anew on every call.
+    from algorithms.population import CompiledOnce, UncheckedCalls, compile_mode
+
+    if compile_mode() != "compiled":
+        pytest.skip("no C++ compiler: programs run eager")
+    program = CompiledOnce(torch.func.vmap(lambda x, y: (torch.tanh(x) * y, {"sum": (x * y).sum()})), "compiled")
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    expected = program(x, y)
+    assert program.direct is not None
+    with UncheckedCalls([program]):
+        program(x, y)                             # the block's first call: dynamo's frame, its guards checked
+        calls = []
+        direct = program.direct
+        program.direct = lambda arguments: calls.append(arguments) or direct(arguments)
+        got = program(x, y)
+    assert len(calls) == 1
+    assert isinstance(got, tuple) and torch.equal(got[0], expected[0]) and torch.equal(got[1]["sum"], expected[1]["sum"])
+
+    held = {"scale": torch.full((3,), 2.0)}
+    reads_elsewhere = CompiledOnce(lambda x: x * held["scale"], "compiled")
+    assert reads_elsewhere(torch.ones(3)).tolist() == [2.0] * 3
+    assert reads_elsewhere.direct is None
+
+
 class PPOCountingEpochs(PPO):
     """Overrides the update loop (run_epochs) without saying how it trains in a population."""
 
