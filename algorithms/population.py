@@ -200,6 +200,7 @@ class CompiledOnce:
                         raise
                     result = self.fn(*args)
             self.direct = direct_call(self.graphs, args, result)
+            self.graphs.clear()  # the first call's tensors are not kept for the run's life
             return result
         if UncheckedCalls.active and self.checked_in_block:
             if self.direct is not None:
