@@ -223,12 +223,12 @@ def direct_call(graphs: list, args: tuple, result) -> Callable | None:
     if len(graphs) != 1:
         return None
     compiled, example_inputs = graphs[0]
-    leaves, _ = pytree.tree_flatten(args)
+    leaves = pytree.tree_leaves(args)
     where = {id(leaf): index for index, leaf in enumerate(leaves)}
     if not all(id(tensor) in where for tensor in example_inputs):
         return None
     picks = [where[id(tensor)] for tensor in example_inputs]
-    expected, shape = pytree.tree_flatten(result)
+    expected, spec = pytree.tree_flatten(result)
     outputs = compiled(*[leaves[index].clone() for index in picks])
     if not (isinstance(outputs, (list, tuple)) and len(outputs) == len(expected) and all(
             isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.dtype == want.dtype
@@ -237,7 +237,7 @@ def direct_call(graphs: list, args: tuple, result) -> Callable | None:
 
     def call(arguments: tuple):
         flat = pytree.tree_leaves(arguments)
-        return pytree.tree_unflatten(list(compiled(*[flat[index] for index in picks])), shape)
+        return pytree.tree_unflatten(list(compiled(*[flat[index] for index in picks])), spec)
 
     return call
 

@@ -36,20 +36,16 @@ def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message,
 
 
 def test_a_task_id_or_name_typed_over_a_presets_is_said_in_a_note(tmp_path):
-    result = run_py("env=CartPole", "env.id=Acrobot-v1", "total_steps=512", "eval.at_start=false", "eval.episodes=1",
-                    "logging.tensorboard=false", "logging.progress_bar=false", "algo.backend=torch",
-                    f"hydra.run.dir={tmp_path}/run")
+    short_run = ["env=CartPole", "total_steps=512", "eval.at_start=false", "eval.episodes=1", "logging.tensorboard=false",
+                 "logging.progress_bar=false", "algo.backend=torch"]
+    result = run_py(*short_run, "env.id=Acrobot-v1", f"hydra.run.dir={tmp_path}/run")
     assert result.returncode == 0, result.stderr
     assert ("note: env.id=Acrobot-v1 env.name=CartPole over env=CartPole (id CartPole-v1): the run trains Acrobot-v1 "
             "under the name CartPole (its run directory and report rows) with env=CartPole's family values and "
             "scores; a task of its own is a conf/env/<Name>.yaml file (docs/extending.md)\n") in result.stderr
-    renamed = run_py("env=CartPole", "env.id=Acrobot-v1", "env.name=Acrobot", "total_steps=512",
-                     "eval.at_start=false", "eval.episodes=1", "logging.tensorboard=false", "logging.progress_bar=false",
-                     "algo.backend=torch", f"hydra.run.dir={tmp_path}/renamed")
+    renamed = run_py(*short_run, "env.id=Acrobot-v1", "env.name=Acrobot", f"hydra.run.dir={tmp_path}/renamed")
     assert renamed.returncode == 0 and "note: env.id=Acrobot-v1 env.name=Acrobot over env=CartPole" in renamed.stderr
-    same = run_py("env=CartPole", "env.id=CartPole-v1", "total_steps=512", "eval.at_start=false", "eval.episodes=1",
-                  "logging.tensorboard=false", "logging.progress_bar=false", "algo.backend=torch",
-                  f"hydra.run.dir={tmp_path}/same")
+    same = run_py(*short_run, "env.id=CartPole-v1", f"hydra.run.dir={tmp_path}/same")
     assert same.returncode == 0 and "note: env.id" not in same.stderr, same.stderr
 
 
