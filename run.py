@@ -164,7 +164,10 @@ def disk_full(error: BaseException) -> DiskFullError | None:
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
+    import gymnasium
+
     from benchmarks.engine.checkpoint import CheckpointError
+    from benchmarks.engine.logger import write_json_atomic
     from benchmarks.engine.run_dir import RunLockedError
     from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
 
@@ -191,10 +194,17 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         except RunLockedError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
-        except (NonFiniteError, CheckpointError, DiskFullError, OSError) as caught:
+        except (NonFiniteError, CheckpointError, DiskFullError, OSError, gymnasium.error.Error) as caught:
             error = disk_full(caught) or caught
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
+            for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
+                if not is_recorded_failure(run_dir):
+                    try:
+                        write_json_atomic(run_dir / "summary.json",
+                                          {"status": "failed", "error": f"{type(error).__name__}: {error}"})
+                    except DiskFullError:
+                        pass
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)

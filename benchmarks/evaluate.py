@@ -34,7 +34,7 @@ def load_agent(checkpoint_path: Path):
     checkpoint = read_checkpoint(checkpoint_path)
     cfg = OmegaConf.create(with_later_keys(checkpoint["config"]))  # a run stored before a key existed, as it ran
     probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False, env_kwargs=task_kwargs(cfg.env))
-    obs_dim, action_dim, discrete, _ = space_dims(probe)
+    obs_dim, action_dim, discrete, _ = space_dims(probe, cfg.env.id)
     probe.close()
     num_iterations = cfg.total_steps // (cfg.env.num_envs * cfg.env.num_steps)
     algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,

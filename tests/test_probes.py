@@ -26,6 +26,12 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                         "or module:Id), got 'Foo-v0'"),
     (["env.id=nosuchmodule:Foo-v0"], "config error: env.id=nosuchmodule:Foo-v0: its module nosuchmodule cannot be "
                                      "imported"),
+    (["env.id=FrozenLake-v1"], "config error: env.id=FrozenLake-v1: its observation space Discrete(16) is not "
+                               "supported: the suite's networks read one flat vector of numbers per step"),
+    (["env.id=tests.tasks:LineMultiDiscrete-v0"], "config error: env.id=tests.tasks:LineMultiDiscrete-v0: its action "
+                                                  "space MultiDiscrete([2 3]) is not supported"),
+    (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
+     "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: the task's licence server is not reachable"),
 ])
 def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message, tmp_path):
     result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run")
@@ -143,3 +149,29 @@ def test_a_full_disk_wherever_it_strikes_is_one_line():
                           "free space and rerun the same command")
     assert run.disk_full(OSError(errno.EDQUOT, "Disk quota exceeded")) is not None
     assert run.disk_full(OSError(errno.EACCES, "Permission denied")) is None  # another fault keeps its traceback
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", [[], ["seeds=[0,1]"]], ids=["one run", "a batch"])
+def test_a_task_failing_mid_run_is_one_line_and_recorded_in_each_seeds_summary(seeds, tmp_path):
+    """A task's own error (gymnasium.error.Error) mid-run, alone or in a batch: one line naming it, exit 1, and each
+    seed's summary.json says why it failed, so that a sweep lists it."""
+    result = run_py("env=CartPole", "env.id=tests.tasks:LineFailsMidRun-v0", "total_steps=2048", "eval.at_start=false",
+                    "eval.episodes=1", "logging.tensorboard=false", "logging.progress_bar=false", *seeds,
+                    f"hydra.run.dir={tmp_path}/run")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {tmp_path}/run: the simulator lost its connection at step 300"], result.stderr
+    for run_dir in [tmp_path / "run" / "seed0", tmp_path / "run" / "seed1"] if seeds else [tmp_path / "run"]:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and summary["error"] == "Error: the simulator lost its connection at step 300"
+
+
+def test_the_trainer_refuses_spaces_the_policies_cannot_read_as_the_validator_does():
+    """Whatever path makes the envs (a run, `benchmarks.evaluate`, the speed tools), the spaces are checked there too."""
+    from benchmarks.engine.envs import UnsupportedTaskError, make_vector_env, space_dims
+
+    envs = make_vector_env("FrozenLake-v1", 1, 0)
+    with pytest.raises(UnsupportedTaskError, match=r"^env.id=FrozenLake-v1: its observation space Discrete\(16\) is"):
+        space_dims(envs, "FrozenLake-v1")
+    envs.close()

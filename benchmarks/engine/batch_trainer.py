@@ -166,7 +166,7 @@ class SeedRun:
         seed_everything(cfg.seed)  # network init draws what any run of this seed draws
         env_kwargs = task_kwargs(env_cfg)
         self.envs = make_vector_env(env_cfg.id, env_cfg.num_envs, cfg.seed, env_kwargs=env_kwargs)
-        self.dims = space_dims(self.envs)
+        self.dims = space_dims(self.envs, env_cfg.id)
         obs_dim, action_dim, discrete, _ = self.dims
         self.num_iterations = cfg.total_steps // (env_cfg.num_envs * env_cfg.num_steps)
         self.algorithm = build_algorithm(algo_cfg.algorithm, obs_dim, action_dim, discrete, algo_cfg,

@@ -96,12 +96,30 @@ def clip_actions(envs: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
     return gym.wrappers.vector.TransformAction(envs, lambda actions: np.clip(actions, low, high))
 
 
-def space_dims(envs: gym.vector.VectorEnv) -> tuple[int, int, bool, tuple]:
-    """(obs_dim, action_dim, discrete, stored action shape) of a flat-Box-observation task."""
+class UnsupportedTaskError(gym.error.Error):
+    """A task whose spaces the suite's networks cannot read: refused in one line, as an unknown id is."""
+
+
+def space_problem(env_id: str, obs_space: gym.Space, action_space: gym.Space) -> str | None:
+    """Why the suite's MLP policies cannot train on these spaces (one line), or None: they read a flat Box
+    observation and act in a Discrete or a Box space."""
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        return (f"env.id={env_id}: its observation space {obs_space} is not supported: the suite's networks read "
+                f"one flat vector of numbers per step (a Box of shape (n,)); a task of your own can flatten it "
+                f"(gymnasium.wrappers.FlattenObservation, registered as module:Id: docs/extending.md)")
+    if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+        return (f"env.id={env_id}: its action space {action_space} is not supported: the suite's policies act in a "
+                f"Discrete or a Box space")
+    return None
+
+
+def space_dims(envs: gym.vector.VectorEnv, env_id: str) -> tuple[int, int, bool, tuple]:
+    """(obs_dim, action_dim, discrete, stored action shape) of a task whose spaces the policies read."""
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
-    obs_dim = int(np.prod(obs_space.shape))
+    problem = space_problem(env_id, obs_space, action_space)
+    if problem is not None:
+        raise UnsupportedTaskError(problem)
+    obs_dim = int(obs_space.shape[0])
     if isinstance(action_space, gym.spaces.Discrete):
         return obs_dim, int(action_space.n), True, ()
-    if isinstance(action_space, gym.spaces.Box):
-        return obs_dim, int(np.prod(action_space.shape)), False, tuple(action_space.shape)
-    raise ValueError(f"unsupported action space {action_space}")
+    return obs_dim, int(np.prod(action_space.shape)), False, tuple(action_space.shape)

@@ -287,7 +287,9 @@ def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
             siblings = sorted(k.rsplit(".", 1)[1] for k in known if section and k.startswith(section + ".")
                               and k.count(".") == key.count("."))
             hint = f" (keys of {section}: {', '.join(siblings)})" if siblings else ""
-            errors.append(f"{key} is not a key of this config: a typo, or a key of another algorithm{hint}")
+            owner = {"env": "task", "algo": "algorithm"}.get(key.split(".")[0])
+            other = f", or a key of another {owner}" if owner else ""
+            errors.append(f"{key} is not a key of this config: a typo{other}{hint}")
     return errors
 
 
@@ -323,7 +325,32 @@ def task_problems(env: dict) -> list[str]:
     if name not in gymnasium.registry:
         return [f"env.id must be a registered Gymnasium id (a MuJoCo v5 or classic-control id, or module:Id), "
                 f"got {env_id!r}"]
-    return []
+    return made_task_problems(env)
+
+
+def made_task_problems(env: dict) -> list[str]:
+    """One instance of the task, made and closed: a missing dependency (Box2D), arguments it refuses (env.kwargs)
+    or spaces the policies cannot read are said here, in one line. A task registered only as a vector env (the
+    token tasks, whose models take seconds to load) is made by its run alone."""
+    import gymnasium
+
+    from benchmarks.engine.envs import find_spec, install_mujoco_warning_handler, space_problem
+
+    env_id = env["id"]
+    if find_spec(env_id).entry_point is None:
+        return []
+    kwargs = env.get("kwargs") or {}
+    install_mujoco_warning_handler()
+    try:
+        instance = gymnasium.make(env_id, disable_env_checker=True, **kwargs)
+    except Exception as error:
+        given = f" with env.kwargs={kwargs}" if kwargs else ""
+        return [f"env.id={env_id} cannot be made{given}: {error}"]
+    try:
+        problem = space_problem(env_id, instance.observation_space, instance.action_space)
+    finally:
+        instance.close()
+    return [problem] if problem is not None else []
 
 
 MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32

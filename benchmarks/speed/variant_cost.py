@@ -29,7 +29,7 @@ def update_kind(env: str, algo: str) -> str:
     """How a population runs this preset's update: what the algorithm declares, for this config."""
     cfg = benchmark_config(env, algo, [], 2048, "compiled")
     envs = make_vector_env(cfg.env.id, 1, 0)
-    obs_dim, action_dim, discrete, _ = space_dims(envs)
+    obs_dim, action_dim, discrete, _ = space_dims(envs, cfg.env.id)
     envs.close()
     algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, 1)
     return algorithm.population_update

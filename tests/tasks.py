@@ -1,0 +1,41 @@
+"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: one
+whose actions the suite's policies cannot emit, one that cannot be made, and one that fails mid-run."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class Line(gym.Env):
+    """A point on a line pushed left or right; episodes of 20 steps."""
+
+    def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = action_space or gym.spaces.Discrete(2)
+        self.fail_at_step, self.steps = fail_at_step, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.t = 0.0, 0
+        return self.observation(), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.fail_at_step is not None and self.steps >= self.fail_at_step:
+            raise gym.error.Error(f"the simulator lost its connection at step {self.steps}")
+        self.position += 1.0 if np.asarray(action).sum() > 0 else -1.0
+        self.t += 1
+        return self.observation(), -abs(self.position), False, self.t >= 20, {}
+
+    def observation(self) -> np.ndarray:
+        return np.array([self.position, self.t], np.float32)
+
+
+def unbuildable():
+    raise RuntimeError("the task's licence server is not reachable")
+
+
+gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3])))
+gym.register("Unbuildable-v0", unbuildable)
+gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
