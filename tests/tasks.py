@@ -1,5 +1,6 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: one
-whose actions the suite's policies cannot emit, one that cannot be made, and one that fails mid-run."""
+whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run and one whose
+rewards turn NaN."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import numpy as np
 class Line(gym.Env):
     """A point on a line pushed left or right; episodes of 20 steps."""
 
-    def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None):
+    def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None,
+                 nan_reward_at_step: int | None = None):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = action_space or gym.spaces.Discrete(2)
-        self.fail_at_step, self.steps = fail_at_step, 0
+        self.fail_at_step, self.nan_reward_at_step, self.steps = fail_at_step, nan_reward_at_step, 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -26,7 +28,8 @@ class Line(gym.Env):
             raise gym.error.Error(f"the simulator lost its connection at step {self.steps}")
         self.position += 1.0 if np.asarray(action).sum() > 0 else -1.0
         self.t += 1
-        return self.observation(), -abs(self.position), False, self.t >= 20, {}
+        reward = float("nan") if self.steps == self.nan_reward_at_step else -abs(self.position)
+        return self.observation(), reward, False, self.t >= 20, {}
 
     def observation(self) -> np.ndarray:
         return np.array([self.position, self.t], np.float32)
@@ -39,3 +42,4 @@ def unbuildable():
 gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3])))
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
+gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))

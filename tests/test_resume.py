@@ -342,6 +342,16 @@ def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, 
     assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1, 2]
 
 
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_a_non_finite_reward_from_the_task_is_named_as_the_cause(backend, make_config, tmp_path):
+    """A NaN the env returned poisons the update too; the error names the env's number, not the loss it spoiled."""
+    with pytest.raises(NonFiniteError, match=r"^the task's env returned a non-finite reward at iteration 2 \(1024 env "
+                                             r"steps\); the last good checkpoint is kept$"):
+        train(make_config(["env=CartPole", "env.id=tests.tasks:LineNaNReward-v0", f"algo.backend={backend}",
+                           *SMALL_RUN, *QUIET]), tmp_path)
+    assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1]
+
+
 ALL_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",
              "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "Swimmer-v5",
              "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", "Pusher-v5"]

@@ -726,12 +726,12 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 phases.add("observation normalisation", normalising_time)
                 phases.add("update", now - update_start)
                 evaluation_time = 0.0
-                for run, stats in zip(runs, all_stats):
+                for run, stats, seed_part in zip(runs, all_stats, rollouts):
                     if not run.active:
                         continue
                     run.env_steps += steps_per_iteration
                     try:
-                        check_finite(run.algorithm, stats, iteration, run.env_steps)
+                        check_finite(run.algorithm, stats, iteration, run.env_steps, seed_part)
                     except NonFiniteError as error:  # this seed stops; the others go on
                         run.active, run.error = False, error
                         run.write_summary("failed", error=f"NonFiniteError: {error}", batched=batched_info)

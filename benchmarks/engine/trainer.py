@@ -132,8 +132,15 @@ class PreemptionSignals:
         raise TrainingInterrupted(signum, env_steps)
 
 
-def check_finite(algorithm, stats: dict, iteration: int, env_steps: int) -> None:
+def check_finite(algorithm, stats: dict, iteration: int, env_steps: int, rollout=None) -> None:
+    """A NonFiniteError naming the first non-finite number: the task's own (the rollout's rewards or observations,
+    the cause when there is one), then the update's statistics and parameters."""
     where = f"at iteration {iteration} ({env_steps} env steps)"
+    if rollout is not None:
+        for name, values in (("reward", rollout.raw_rewards), ("observation", rollout.obs)):
+            if not torch.isfinite(values).all():
+                raise NonFiniteError(f"the task's env returned a non-finite {name} {where}; the last good "
+                                     f"checkpoint is kept")
     for key in algorithm.guarded_stats:
         if key in stats and not math.isfinite(stats[key]):
             raise NonFiniteError(f"non-finite {key} ({stats[key]}) {where}; the last good checkpoint is kept")
