@@ -1,4 +1,4 @@
-"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: one
+"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: two
 whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run and one whose
 rewards turn NaN."""
 
@@ -40,6 +40,7 @@ def unbuildable():
 
 
 gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3])))
+gym.register("LineBoxMatrix-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))

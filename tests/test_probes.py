@@ -30,6 +30,9 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                                "supported: the suite's networks read one flat vector of numbers per step"),
     (["env.id=tests.tasks:LineMultiDiscrete-v0"], "config error: env.id=tests.tasks:LineMultiDiscrete-v0: its action "
                                                   "space MultiDiscrete([2 3]) is not supported"),
+    (["env.id=tests.tasks:LineBoxMatrix-v0"], "config error: env.id=tests.tasks:LineBoxMatrix-v0: its action space "
+                                              "Box(-1.0, 1.0, (2, 2), float32) is not supported: the suite's policies "
+                                              "act in a Discrete space or a Box of shape (n,)"),
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
      "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: the task's licence server is not reachable"),
 ])

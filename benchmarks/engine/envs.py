@@ -102,14 +102,15 @@ class UnsupportedTaskError(gym.error.Error):
 
 def space_problem(env_id: str, obs_space: gym.Space, action_space: gym.Space) -> str | None:
     """Why the suite's MLP policies cannot train on these spaces (one line), or None: they read a flat Box
-    observation and act in a Discrete or a Box space."""
+    observation and act in a Discrete space or a flat Box."""
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         return (f"env.id={env_id}: its observation space {obs_space} is not supported: the suite's networks read "
                 f"one flat vector of numbers per step (a Box of shape (n,)); a task of your own can flatten it "
                 f"(gymnasium.wrappers.FlattenObservation, registered as module:Id: docs/extending.md)")
-    if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+    flat_box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+    if not (isinstance(action_space, gym.spaces.Discrete) or flat_box):
         return (f"env.id={env_id}: its action space {action_space} is not supported: the suite's policies act in a "
-                f"Discrete or a Box space")
+                f"Discrete space or a Box of shape (n,)")
     return None
 
 
@@ -122,4 +123,4 @@ def space_dims(envs: gym.vector.VectorEnv, env_id: str) -> tuple[int, int, bool,
     obs_dim = int(obs_space.shape[0])
     if isinstance(action_space, gym.spaces.Discrete):
         return obs_dim, int(action_space.n), True, ()
-    return obs_dim, int(np.prod(action_space.shape)), False, tuple(action_space.shape)
+    return obs_dim, int(action_space.shape[0]), False, tuple(action_space.shape)
