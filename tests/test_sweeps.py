@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,3 +168,15 @@ def test_a_sweeps_end_reports_its_own_jobs_not_those_another_sweep_trains_into_t
         report.on_multirun_end(config)
     out = capsys.readouterr().out
     assert "1 of 2 runs complete (2 jobs)" in out and "FAILED" in out and "Hopper/ppo" in out and "outer_ppo" not in out
+
+
+def test_the_slurm_launcher_off_a_cluster_is_one_line_before_any_job(tmp_path):
+    if shutil.which("srun") is not None:
+        pytest.skip("this machine is a Slurm node: the launcher would submit")
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_slurm", "env=CartPole",
+                             "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr == (
+        "error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
+        "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here\n"), result.stderr
+    assert not (tmp_path / "sweep").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -89,6 +90,11 @@ class SweepReport(Callback):
         self.previous_multirun: bytes | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if launcher.endswith("SlurmLauncher") and shutil.which("srun") is None:  # submitit's own traceback otherwise
+            print("error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
+                  "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here", file=sys.stderr)
+            sys.exit(2)
         self.start = time.time()
         self.sweep_id = f"{os.getpid()}-{time.time_ns()}"
         os.environ[SWEEP_ID] = self.sweep_id  # before the launcher starts any job
