@@ -24,7 +24,7 @@ from benchmarks.engine.envs import make_vector_env
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.checkpoint import CheckpointError, read_checkpoint
 from benchmarks.engine.trainer import NonFiniteError, train
-from tests.conftest import QUIET, ROOT
+from tests.conftest import QUIET, ROOT, before_each_update
 
 TIMING = ("wall_time", "sps", "rollout_time", "update_time")
 # CartPole: 4 envs x 128 steps = 512 env steps per iteration, 8 iterations, a checkpoint every iteration. The
@@ -138,6 +138,26 @@ def test_sigterm_during_a_mid_run_evaluation_stops_after_that_iteration(make_con
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     evaluated_at = pd.read_csv(tmp_path / "run" / "eval.csv")["env_steps"].tolist()
     assert summary["status"] == "interrupted" and [summary["env_steps"]] == evaluated_at
+
+
+def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint_as_sigterm_does(make_config, tmp_path, monkeypatch):
+    """Ctrl-C (SIGINT) mid-update: no KeyboardInterrupt half-way through it; the iteration ends, is checkpointed and
+    the run is marked interrupted, so that rerunning the command resumes where it stopped."""
+    from benchmarks.engine import trainer
+
+    def interrupt_in_iteration_2(algorithm, rollout, iteration):
+        if iteration == 2:  # unhandled, the signal would stop the test session itself
+            assert signal.getsignal(signal.SIGINT) != handler, "Ctrl-C is not handled during training"
+            os.kill(os.getpid(), signal.SIGINT)
+
+    handler = signal.getsignal(signal.SIGINT)
+    before_each_update(monkeypatch, interrupt_in_iteration_2)
+    with pytest.raises(trainer.TrainingInterrupted, match="^SIGINT at 1024 env steps: checkpoint written; rerun"):
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT" and summary["env_steps"] == 1024
+    assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["env_steps"] == 1024
+    assert signal.getsignal(signal.SIGINT) == handler  # given back after the run
 
 
 def test_sigterm_during_the_first_evaluation_is_honoured_not_a_silent_kill(make_config, tmp_path, monkeypatch):

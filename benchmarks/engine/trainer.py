@@ -89,7 +89,8 @@ class TrainingInterrupted(Exception):
 
 
 class PreemptionSignals:
-    """Turns SIGTERM, SIGUSR1 (Slurm --signal) and SIGUSR2 (submitit) into a flag read between iterations.
+    """Turns SIGTERM, SIGUSR1 (Slurm --signal), SIGUSR2 (submitit) and SIGINT (Ctrl-C) into a flag read between
+    iterations.
 
     A signal never interrupts an update half-way: the loop finishes its
     iteration, checkpoints, and then `hand_over` passes the signal to the
@@ -97,7 +98,7 @@ class PreemptionSignals:
     the run with TrainingInterrupted.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 
     def __init__(self):
         self.arrived: dict = {}  # signal number -> the frame it interrupted, in order of arrival
