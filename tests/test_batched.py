@@ -51,6 +51,7 @@ def test_sigkill_mid_batch_then_rerun_logs_the_uninterrupted_numbers_for_every_s
         assert json.loads((tmp_path / "killed" / "job" / f"seed{seed}" / "summary.json").read_text())["resumed_at_env_steps"]
 
 
+@pytest.mark.slow
 def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed_runs(tmp_path):
     command = [sys.executable, str(ROOT / "run.py"), "-m", "algo=ppo", "env=CartPole",
                "seeds=[0,1],[2,3]", "total_steps=1024", "eval.every_steps=1024", "eval.episodes=1",
@@ -84,6 +85,7 @@ def test_a_batch_the_fast_path_cannot_run_is_refused_in_one_line(override, messa
     ["env=CartPole", "algo=ppo_kl", "algo.target_kl=0.01"],  # each seed's own early stopping
     ["env=Pendulum", "algo=outer_ppo_biased"],
 ])
+@pytest.mark.slow
 def test_seed_i_of_an_eager_population_logs_what_it_logs_alone_bit_for_bit(task, tmp_path):
     """algo.backend=torch, seeds=[...]: the one loop runs each seed's own eager code inside its own streams."""
     overrides = [*task, "algo.backend=torch", "total_steps=4096", "eval.every_steps=2048", "eval.episodes=2",
@@ -95,6 +97,7 @@ def test_seed_i_of_an_eager_population_logs_what_it_logs_alone_bit_for_bit(task,
 
 
 @pytest.mark.parametrize("backend", ["compiled", "torch"])
+@pytest.mark.slow
 def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(backend, tmp_path, monkeypatch):
     from algorithms.population import EagerPopulation, PopulationBatch
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from benchmarks.claims import GROUP_FAMILIES, claims_table, measure, paper_verdict, verdict
 from benchmarks.statistics import detectable_improvement, detectable_std_ratio, seed_std_ratio
@@ -140,8 +141,6 @@ def test_the_detectable_effect_at_a_designs_seeds_and_tasks():
 
 
 def test_a_suite_without_runs_is_one_line_and_leaves_the_committed_table_alone(tmp_path, capsys):
-    import pytest
-
     from benchmarks.claims import main as claims_main
 
     (tmp_path / "suite").mkdir()
@@ -239,6 +238,7 @@ def test_a_task_lands_in_the_group_of_its_own_family_with_no_list_to_update():
     assert measure(runs, "hp3o", "discrete", "final")["tasks"] == "LunarLander"
 
 
+@pytest.mark.slow
 def test_the_committed_claims_table_regenerates_byte_for_byte_from_the_committed_runs(tmp_path):
     """No training: benchmarks.claims over the committed tuned suites writes what results/tables holds."""
     import subprocess

@@ -110,6 +110,7 @@ def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_sweep_rerun_that_skips_complete_runs_changes_no_file(tmp_path):
     sweep = ["-m", "seed=0,1", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
              "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]

@@ -62,6 +62,7 @@ def run_overrides(command: str) -> list[str]:
     return overrides
 
 
+@pytest.mark.slow
 def test_every_command_of_the_readme_runs_as_written():
     """run.py commands compose and pass the config's validation (what a run does before training); `python -m`
     tools parse their arguments (--help exits 0); pip installs name extras that exist."""

@@ -116,6 +116,7 @@ def parameters(algorithm) -> list[torch.Tensor]:
     ids=["CartPole", "Pendulum"],
 )
 @pytest.mark.parametrize("backend", ["compiled", "torch"])
+@pytest.mark.slow
 def test_outer_sgd_lr1_with_ppo_inner_optimizer_is_ppo(task, backend, tmp_path, monkeypatch):
     ppo = train_recording(make_config("algo=ppo", f"algo.backend={backend}", *task, *FAST), tmp_path / "ppo",
                           monkeypatch)

@@ -74,6 +74,7 @@ def test_without_penalty_and_with_a_clip_that_never_binds_it_takes_ppos_exact_up
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_beta_adapts_in_training_and_survives_a_checkpoint(make_config, tmp_path):
     cfg = make_config(["algo=ppo_kl", "env=CartPole", "total_steps=4096", *QUIET])
     train(cfg, tmp_path / "run")

@@ -44,6 +44,7 @@ def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_task_id_or_name_typed_over_a_presets_is_said_in_a_note(tmp_path):
     short_run = ["env=CartPole", "total_steps=512", "eval.at_start=false", "eval.episodes=1", "logging.tensorboard=false",
                  "logging.progress_bar=false", "algo.backend=torch"]
@@ -122,6 +123,7 @@ def test_reproduce_says_a_native_run_from_another_cpu_cannot_be_confirmed_here(t
     assert reproduce.not_comparable_here(run_dir) is None  # portable: it must reproduce anywhere
 
 
+@pytest.mark.slow
 def test_a_batch_given_a_run_directory_writes_its_seeds_inside_it(tmp_path):
     # Two batches given two directories never share seed directories (beside them, the second was refused by the
     # first's lock); a job directory with the suite's own batch name keeps its seeds beside it, as suites lay out.

@@ -7,6 +7,7 @@ from benchmarks.reproduce import main as reproduce_main
 from benchmarks.engine.trainer import train
 
 
+@pytest.mark.slow
 def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_path, capsys):
     run_dir = tmp_path / "run"
     train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048", *QUIET]), run_dir)
@@ -96,6 +97,7 @@ def test_the_loop_times_its_phases_and_the_profile_reads_them(make_config, tmp_p
     assert abs(sum(shares.values()) - 1.0) < 1e-9 and shares["rest of the loop"] >= 0
 
 
+@pytest.mark.slow
 def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp_path, capsys):
     from benchmarks.engine.batch_trainer import train_batch
 
@@ -173,6 +175,7 @@ def test_a_population_run_is_rerun_compiled_or_eager_as_it_was_made(make_config,
     assert "note:" not in out  # a population of one is retrained as one, without a note
 
 
+@pytest.mark.slow
 def test_a_packed_run_is_compared_on_the_last_100_episodes_its_suite_keeps(make_config, tmp_path, capsys):
     from benchmarks.pack import main as pack_main
 

@@ -264,6 +264,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its
         read_checkpoint(run / "checkpoint.prev.pt")
 
 
+@pytest.mark.slow
 def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothing(tmp_path):
     run, longer = tmp_path / "run", ["algo=ppo", *SMALL_RUN, "total_steps=409600"]  # still running when the second comes
     first = launch(longer, run)

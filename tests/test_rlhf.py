@@ -366,6 +366,7 @@ def tokens_generated(run_dir) -> tuple[int, int]:
     return int(episodes["episode_length"].sum()) + in_flight, len(episodes)
 
 
+@pytest.mark.slow
 def test_a_token_tasks_seeds_train_as_one_eager_population_each_logging_what_it_logs_alone(tmp_path):
     """seeds=[...] on a token task: the one loop runs each seed's language-model policy, KL penalty and sampled
     evaluation inside the seed's own streams; every number equals the seed's single run's."""

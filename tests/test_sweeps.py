@@ -108,6 +108,7 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
         assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 33))
 
 
+@pytest.mark.slow
 def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_path):
     """A batch job's directory (seeds0-1) is no run's: a refused config is recorded in each seed's own directory,
     so that the suite lists those seeds as failed and a corrected rerun leaves no failure behind."""

@@ -53,6 +53,7 @@ def numbers(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("env_name", ["CartPole", "HalfCheetah"])
+@pytest.mark.slow
 def test_same_seed_gives_identical_numbers(env_name, make_config, tmp_path):
     overrides = [f"env={env_name}", "total_steps=4096", "eval.every_steps=2048", "algo.update_epochs=2",
                  "algo.num_minibatches=8", *QUIET]
