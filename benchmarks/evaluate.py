@@ -1,6 +1,7 @@
 """Evaluate a saved agent: rebuild it from checkpoint.pt alone and run deterministic episodes.
 
     python -m benchmarks.evaluate runs/HalfCheetah/ppo/seed0/checkpoint.pt --episodes 10 --seed 123
+    python -m benchmarks.evaluate runs/HalfCheetah/ppo/seed0        # the run directory: its checkpoint.pt
 
 A token task's run evaluated by sampling (env.evaluation.kind=sampled, docs/rlhf.md) is evaluated as its
 training evaluated it: responses sampled at its temperature to --episodes prompts drawn from --seed, with
@@ -22,7 +23,7 @@ from omegaconf import OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
-from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.checkpoint import CheckpointError, read_checkpoint
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
@@ -30,8 +31,15 @@ from benchmarks.arguments import existing_file, number_in
 
 
 def load_agent(checkpoint_path: Path):
-    """(algorithm, obs_normalizer, config) restored from a checkpoint."""
-    checkpoint = read_checkpoint(checkpoint_path)
+    """(algorithm, obs_normalizer, config) restored from a checkpoint; CheckpointError, in one line, for a file
+    that is not one."""
+    try:
+        checkpoint = read_checkpoint(checkpoint_path)
+    except Exception as error:  # torch raises several types for a file that is not a checkpoint
+        raise CheckpointError(f"{checkpoint_path} is not a checkpoint this suite wrote (torch.load: "
+                              f"{type(error).__name__})") from None
+    if not isinstance(checkpoint, dict) or "config" not in checkpoint:
+        raise CheckpointError(f"{checkpoint_path} is not a checkpoint this suite wrote (no config in it)")
     cfg = OmegaConf.create(with_later_keys(checkpoint["config"]))  # a run stored before a key existed, as it ran
     probe = make_vector_env(cfg.env.id, 1, 0, record_stats=False, env_kwargs=task_kwargs(cfg.env))
     obs_dim, action_dim, discrete, _ = space_dims(probe, cfg.env.id)
@@ -46,15 +54,29 @@ def load_agent(checkpoint_path: Path):
     return algorithm, obs_normalizer, cfg
 
 
+def checkpoint_file(text: str) -> Path:
+    """argparse type: a checkpoint file, or a run directory (its newest checkpoint, checkpoint.pt)."""
+    path = Path(text)
+    if path.is_dir():
+        if not (path / "checkpoint.pt").is_file():
+            raise argparse.ArgumentTypeError(f"{text} is a directory without a checkpoint.pt (a run directory holds "
+                                             f"one once its first checkpoint is written)")
+        return path / "checkpoint.pt"
+    return existing_file(text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=existing_file)
+    parser.add_argument("checkpoint", type=checkpoint_file, help="a checkpoint.pt, or the run directory holding it")
     parser.add_argument("--episodes", type=number_in(1, integer=True), default=10)
     parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    algorithm, obs_normalizer, cfg = load_agent(args.checkpoint)
+    try:
+        algorithm, obs_normalizer, cfg = load_agent(args.checkpoint)
+    except CheckpointError as error:
+        parser.error(f"argument checkpoint: {error}")
     sampled = cfg.env.get("evaluation", {}).get("kind") == "sampled"
     if sampled:
         from benchmarks.rlhf.evaluation import SampledEvaluator

@@ -179,6 +179,10 @@ def test_eval_lines_say_whose_they_are(tmp_path):
                              "holding complete runs"),
     ("pack", "{file}", "argument suites: {file} is not a directory"),
     ("evaluate", "{missing}", "argument checkpoint: {missing} does not exist"),
+    ("evaluate", "{empty}", "argument checkpoint: {empty} is a directory without a checkpoint.pt (a run directory "
+                            "holds one once its first checkpoint is written)"),
+    ("evaluate", "{file}", "argument checkpoint: {file} is not a checkpoint this suite wrote (torch.load: "
+                           "UnpicklingError)"),
 ])
 def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(command, argument, message, tmp_path):
     (tmp_path / "file").write_text("x")

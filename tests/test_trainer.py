@@ -1,5 +1,7 @@
 """The shared training loop on real environments: every task, determinism, reset-row masking, learning."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -128,6 +130,11 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
     algorithm, obs_normalizer, loaded_cfg = load_agent(tmp_path / "checkpoint.pt")
     returns = Evaluator(loaded_cfg.env.id, 3, cfg.seed + 1_000_000)(algorithm, obs_normalizer)
     assert returns.mean() == summary["final_eval_return_mean"]
+    if env_name == "CartPole":  # the command, given the run directory: its checkpoint.pt, the same episodes
+        result = subprocess.run([sys.executable, "-m", "benchmarks.evaluate", str(tmp_path), "--episodes", "3",
+                                 "--seed", str(cfg.seed + 1_000_000)], cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+        assert result.stdout.startswith(f"ppo on CartPole-v1: deterministic return {returns.mean():.2f} +- "), result
 
 
 def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_config, tmp_path, monkeypatch):
