@@ -36,13 +36,24 @@ from benchmarks.runs import load_runs
 from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, tune_config
 
 METRICS = ("final", "auc", "std")
+STOP_WAIT_S = 120  # after Ctrl-C, how long a step's runs get to finish their iteration and checkpoint
 
 
 def run(command: list[str]) -> None:
     print("+ " + " ".join(command), flush=True)
-    result = subprocess.run(command, cwd=PROJECT_ROOT)
-    if result.returncode != 0:
-        raise SystemExit(f"error: step failed (exit {result.returncode}): {' '.join(command)}; rerun this command "
+    step = subprocess.Popen(command, cwd=PROJECT_ROOT)
+    try:
+        returncode = step.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the step's runs too: each stops after its iteration, checkpointed
+        try:
+            step.wait(timeout=STOP_WAIT_S)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or a step that does not stop
+            step.kill()
+            step.wait()
+        print(f"interrupted: {' '.join(command)}; rerun this command to resume", file=sys.stderr)
+        sys.exit(130)
+    if returncode != 0:
+        raise SystemExit(f"error: step failed (exit {returncode}): {' '.join(command)}; rerun this command "
                          f"to resume it")
 
 

@@ -71,3 +71,36 @@ def test_a_protocol_that_cannot_give_a_verdict_is_refused_before_anything_trains
         main(arguments)
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"python -m benchmarks.verdict: error: {message}"
+
+
+STEP_STOPPING_AFTER_ITS_ITERATION = """
+import os, pathlib, signal, sys, time
+received = []
+signal.signal(signal.SIGINT, lambda *_: received.append(True))
+for pid in (os.getppid(), os.getpid()):  # Ctrl-C, as a terminal sends it to the command and its steps
+    os.kill(pid, signal.SIGINT)
+time.sleep(1.0)  # the iteration under way, then its checkpoint
+pathlib.Path(sys.argv[1]).write_text("checkpointed" if received else "no signal")
+sys.exit(130)
+"""
+
+
+def test_ctrl_c_lets_the_steps_runs_checkpoint_before_the_command_stops(tmp_path, capsys):
+    """Ctrl-C reaches the verdict command and the run it is waiting for: the command waits for the run to finish its
+    iteration and checkpoint (subprocess.run would kill it a quarter of a second later), then says how to resume."""
+    import signal
+
+    from benchmarks.verdict import run
+
+    marker = tmp_path / "marker"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever pytest set
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            run([sys.executable, "-c", STEP_STOPPING_AFTER_ITS_ITERATION, str(marker)])
+    except KeyboardInterrupt:  # left to propagate, it would stop the test session itself
+        pytest.fail(f"Ctrl-C escaped the command as a KeyboardInterrupt; the step wrote {marker.read_text()!r}"
+                    if marker.exists() else "Ctrl-C escaped the command as a KeyboardInterrupt; the step was killed")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert stopped.value.code == 130 and marker.read_text() == "checkpointed"
+    assert capsys.readouterr().err.endswith("; rerun this command to resume\n")
