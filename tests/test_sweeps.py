@@ -66,13 +66,15 @@ def test_submitit_preemption_requeues_the_job_and_it_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun_resumes(tmp_path):
-    """Slurm, `timeout` and `kill -- -PGID` signal a sweep's whole process group: the launcher's process and its
-    joblib workers. Every running job must finish its iteration, checkpoint and record why it stopped - none
-    killed before it could by the launcher tearing its workers down - and rerunning the command resumes both."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the_rerun_resumes(signum, tmp_path):
+    """Slurm, `timeout` and `kill -- -PGID` (SIGTERM), and Ctrl-C in a terminal (SIGINT), signal a sweep's whole
+    process group: the launcher's process and its joblib workers. Every running job must finish its iteration,
+    checkpoint and record why it stopped - none killed before it could by the launcher tearing its workers down
+    (joblib does on a KeyboardInterrupt) - and rerunning the command resumes both."""
     command = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-               "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=16384",
-               "eval.every_steps=8192", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
+               "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=8192",
+               "eval.every_steps=4096", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
                "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     log = tmp_path / "sweep.log"  # a file, not a pipe: the workers, which outlive the launcher, hold it open
     with log.open("w") as output:
@@ -82,7 +84,7 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
     try:
         for run_dir in runs:
             wait_for_rows(run_dir, 2, sweep)
-        os.killpg(sweep.pid, signal.SIGTERM)
+        os.killpg(sweep.pid, signum)
         sweep.wait(timeout=120)
         deadline = time.monotonic() + 60  # the workers outlive the launcher's process by their last iteration
         while not all((run_dir / "summary.json").exists() for run_dir in runs) and time.monotonic() < deadline:
@@ -96,8 +98,8 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
     for run_dir in runs:
         assert (run_dir / "summary.json").exists(), f"{run_dir} stopped without its summary: {log.read_text()}"
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM", log.read_text()
-        assert summary["checkpointed"] and summary["env_steps"] < 16384
+        assert summary["status"] == "interrupted" and summary["signal"] == signum.name, log.read_text()
+        assert summary["checkpointed"] and summary["env_steps"] < 8192
         assert read_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == summary["env_steps"]
         stopped_at[run_dir] = summary["env_steps"]
     rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -105,7 +107,7 @@ def test_a_joblib_sweep_sent_sigterm_checkpoints_every_running_job_and_the_rerun
     for run_dir in runs:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["resumed_at_env_steps"] == [stopped_at[run_dir]]
-        assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 33))
+        assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 17))
 
 
 @pytest.mark.slow

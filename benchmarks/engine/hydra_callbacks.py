@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -95,6 +96,11 @@ class SweepReport(Callback):
             print("error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
                   "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here", file=sys.stderr)
             sys.exit(2)
+        if launcher.endswith("JoblibLauncher"):
+            # Ctrl-C reaches the launcher and its workers. Left to raise KeyboardInterrupt here, it makes joblib kill
+            # the workers mid-iteration; ending the launcher at once, as SIGTERM does, lets each worker finish its
+            # iteration, checkpoint and record the stop (tests/test_sweeps.py)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         self.start = time.time()
         self.sweep_id = f"{os.getpid()}-{time.time_ns()}"
         os.environ[SWEEP_ID] = self.sweep_id  # before the launcher starts any job
