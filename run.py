@@ -163,9 +163,9 @@ def disk_full(error: BaseException) -> DiskFullError | None:
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
-    from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
     import gymnasium
 
+    from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
     from benchmarks.engine.checkpoint import CheckpointError
     from benchmarks.engine.logger import write_json_atomic
     from benchmarks.engine.run_dir import RunLockedError

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 def job_status(job_dir: Path, refused: str | None = None) -> tuple[str, str]:
@@ -91,7 +91,7 @@ class SweepReport(Callback):
         self.previous_multirun: bytes | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        launcher = str(config.hydra.launcher.get("_target_", ""))
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         if launcher.endswith("SlurmLauncher") and shutil.which("srun") is None:  # submitit's own traceback otherwise
             print("error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
                   "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here", file=sys.stderr)
