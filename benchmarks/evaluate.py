@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer
-from benchmarks.engine.checkpoint import CheckpointError, read_checkpoint
+from benchmarks.engine.checkpoint import CheckpointDamaged, CheckpointError, read_checkpoint
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
@@ -35,6 +35,8 @@ def load_agent(checkpoint_path: Path):
     that is not one."""
     try:
         checkpoint = read_checkpoint(checkpoint_path)
+    except (OSError, CheckpointDamaged) as error:  # unreadable, or a checkpoint whose bytes fail their digest
+        raise CheckpointError(f"{checkpoint_path}: {error}") from None
     except Exception as error:  # torch raises several types for a file that is not a checkpoint
         raise CheckpointError(f"{checkpoint_path} is not a checkpoint this suite wrote (torch.load: "
                               f"{type(error).__name__})") from None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,13 +45,15 @@ def run(command: list[str]) -> None:
     step = subprocess.Popen(command, cwd=PROJECT_ROOT)
     try:
         returncode = step.wait()
-    except KeyboardInterrupt:  # Ctrl-C reached the step's runs too: each stops after its iteration, checkpointed
+    except KeyboardInterrupt:  # the step's runs stop after their iteration, checkpointed (run.py's Ctrl-C)
+        step.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached them already; `kill -INT` this process did not
         try:
             step.wait(timeout=STOP_WAIT_S)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or a step that does not stop
             step.kill()
             step.wait()
-        print(f"interrupted: {' '.join(command)}; rerun this command to resume", file=sys.stderr)
+        print(f"interrupted: {' '.join(command)}; rerun this command to resume (a joblib sweep's workers finish "
+              f"their iteration after it ends)", file=sys.stderr)
         sys.exit(130)
     if returncode != 0:
         raise SystemExit(f"error: step failed (exit {returncode}): {' '.join(command)}; rerun this command "

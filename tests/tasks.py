@@ -1,6 +1,6 @@
-"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: two
-whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run and one whose
-rewards turn NaN."""
+"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: four
+whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run and three whose
+rewards or observations turn NaN."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ class Line(gym.Env):
     """A point on a line pushed left or right; episodes of 20 steps."""
 
     def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None,
-                 nan_reward_at_step: int | None = None):
+                 nan_reward_at_step: int | None = None, nan_observation_at_step: int | None = None):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = action_space or gym.spaces.Discrete(2)
-        self.fail_at_step, self.nan_reward_at_step, self.steps = fail_at_step, nan_reward_at_step, 0
+        self.fail_at_step, self.steps = fail_at_step, 0
+        self.nan_reward_at_step, self.nan_observation_at_step = nan_reward_at_step, nan_observation_at_step
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -29,7 +30,10 @@ class Line(gym.Env):
         self.position += 1.0 if np.asarray(action).sum() > 0 else -1.0
         self.t += 1
         reward = float("nan") if self.steps == self.nan_reward_at_step else -abs(self.position)
-        return self.observation(), reward, False, self.t >= 20, {}
+        observation = self.observation()
+        if self.steps == self.nan_observation_at_step:
+            observation[0] = np.nan
+        return observation, reward, False, self.t >= 20, {}
 
     def observation(self) -> np.ndarray:
         return np.array([self.position, self.t], np.float32)
@@ -41,6 +45,11 @@ def unbuildable():
 
 gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3])))
 gym.register("LineBoxMatrix-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
+gym.register("LineFromOne-v0", lambda: Line(gym.spaces.Discrete(2, start=1)))
+gym.register("LineIntegerBox-v0", lambda: Line(gym.spaces.Box(0, 10, (3,), np.int64)))
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))
+# CartPole's rollout of 128 rows holds 122 steps of these 20-step episodes (a reset row after each)
+gym.register("LineNaNObservation-v0", lambda: Line(nan_observation_at_step=100))
+gym.register("LineNaNLastObservation-v0", lambda: Line(nan_observation_at_step=122))

@@ -32,9 +32,14 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                                                   "space MultiDiscrete([2 3]) is not supported"),
     (["env.id=tests.tasks:LineBoxMatrix-v0"], "config error: env.id=tests.tasks:LineBoxMatrix-v0: its action space "
                                               "Box(-1.0, 1.0, (2, 2), float32) is not supported: the suite's policies "
-                                              "act in a Discrete space or a Box of shape (n,)"),
+                                              "act in a Discrete space starting at 0 or a Box of floats of shape (n,)"),
+    (["env.id=tests.tasks:LineFromOne-v0"], "config error: env.id=tests.tasks:LineFromOne-v0: its action space "
+                                            "Discrete(2, start=1) is not supported"),
+    (["env.id=tests.tasks:LineIntegerBox-v0"], "config error: env.id=tests.tasks:LineIntegerBox-v0: its action space "
+                                               "Box(0, 10, (3,), int64) is not supported"),
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
-     "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: the task's licence server is not reachable"),
+     "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: RuntimeError: the task's licence server is "
+     "not reachable"),
 ])
 def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message, tmp_path):
     result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run")

@@ -140,24 +140,44 @@ def test_sigterm_during_a_mid_run_evaluation_stops_after_that_iteration(make_con
     assert summary["status"] == "interrupted" and [summary["env_steps"]] == evaluated_at
 
 
-def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint_as_sigterm_does(make_config, tmp_path, monkeypatch):
-    """Ctrl-C (SIGINT) mid-update: no KeyboardInterrupt half-way through it; the iteration ends, is checkpointed and
-    the run is marked interrupted, so that rerunning the command resumes where it stopped."""
+def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint_as_sigterm_does(make_config, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Ctrl-C (SIGINT) mid-update: no KeyboardInterrupt half-way through it; it is answered at once, the iteration
+    ends, is checkpointed and the run is marked interrupted, so that rerunning the command resumes where it
+    stopped."""
     from benchmarks.engine import trainer
 
     def interrupt_in_iteration_2(algorithm, rollout, iteration):
         if iteration == 2:  # unhandled, the signal would stop the test session itself
-            assert signal.getsignal(signal.SIGINT) != handler, "Ctrl-C is not handled during training"
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler, "Ctrl-C is not handled"
             os.kill(os.getpid(), signal.SIGINT)
 
-    handler = signal.getsignal(signal.SIGINT)
     before_each_update(monkeypatch, interrupt_in_iteration_2)
-    with pytest.raises(trainer.TrainingInterrupted, match="^SIGINT at 1024 env steps: checkpoint written; rerun"):
-        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path / "run")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's, whatever started pytest
+    try:
+        with pytest.raises(trainer.TrainingInterrupted, match="^SIGINT at 1024 env steps: checkpoint written; rerun"):
+            train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path / "run")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back after the run
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "Ctrl-C: stopping after this iteration, with a checkpoint; Ctrl-C again stops at once\n" in \
+        capsys.readouterr().err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT" and summary["env_steps"] == 1024
     assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["env_steps"] == 1024
-    assert signal.getsignal(signal.SIGINT) == handler  # given back after the run
+
+
+def test_a_run_started_with_ctrl_c_ignored_leaves_it_ignored(make_config, tmp_path, monkeypatch):
+    """A script's background job (`python run.py ... &`) starts with SIGINT ignored: the Ctrl-C the terminal sends to
+    the script's foreground job is not for it."""
+    seen = []
+    before_each_update(monkeypatch, lambda algorithm, rollout, iteration: seen.append(signal.getsignal(signal.SIGINT)))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "total_steps=1024"]), tmp_path / "run")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen and all(handler is signal.SIG_IGN for handler in seen)
 
 
 def test_sigterm_during_the_first_evaluation_is_honoured_not_a_silent_kill(make_config, tmp_path, monkeypatch):
@@ -363,14 +383,21 @@ def test_non_finite_update_stops_the_run_keeps_the_last_good_checkpoint(poison, 
     assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1, 2]
 
 
+@pytest.mark.parametrize("task, number, iteration", [
+    ("LineNaNReward-v0", "reward", 2),
+    ("LineNaNObservation-v0", "observation", 1),  # mid-rollout: the policy acts on it (a sampler raised)
+    ("LineNaNLastObservation-v0", "observation", 1),  # the one after the rollout's last row: the bootstrap's input
+])
 @pytest.mark.parametrize("backend", ["compiled", "torch"])
-def test_a_non_finite_reward_from_the_task_is_named_as_the_cause(backend, make_config, tmp_path):
+def test_a_non_finite_number_from_the_task_is_named_as_the_cause(task, number, iteration, backend, make_config,
+                                                                 tmp_path):
     """A NaN the env returned poisons the update too; the error names the env's number, not the loss it spoiled."""
-    with pytest.raises(NonFiniteError, match=r"^the task's env returned a non-finite reward at iteration 2 \(1024 env "
-                                             r"steps\); the last good checkpoint is kept$"):
-        train(make_config(["env=CartPole", "env.id=tests.tasks:LineNaNReward-v0", f"algo.backend={backend}",
-                           *SMALL_RUN, *QUIET]), tmp_path)
-    assert pd.read_csv(tmp_path / "train.csv")["iteration"].tolist() == [1]
+    with pytest.raises(NonFiniteError, match=rf"^the task's env returned a non-finite {number} at iteration "
+                                             rf"{iteration} \({512 * iteration} env steps\); the last good "
+                                             rf"checkpoint is kept$"):
+        train(make_config(["env=CartPole", f"env.id=tests.tasks:{task}", f"algo.backend={backend}", *SMALL_RUN,
+                           *QUIET]), tmp_path)
+    assert len((tmp_path / "train.csv").read_text().splitlines()[1:]) == iteration - 1  # the iterations before it
 
 
 ALL_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",

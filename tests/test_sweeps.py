@@ -73,13 +73,14 @@ def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the
     checkpoint and record why it stopped - none killed before it could by the launcher tearing its workers down
     (joblib does on a KeyboardInterrupt) - and rerunning the command resumes both."""
     command = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-               "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=8192",
-               "eval.every_steps=4096", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
+               "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=16384",
+               "eval.every_steps=8192", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
                "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     log = tmp_path / "sweep.log"  # a file, not a pipe: the workers, which outlive the launcher, hold it open
     with log.open("w") as output:
         sweep = subprocess.Popen(command, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True,  # Ctrl-C as a terminal's foreground job gets it:
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     runs = [tmp_path / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
     try:
         for run_dir in runs:
@@ -99,7 +100,7 @@ def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the
         assert (run_dir / "summary.json").exists(), f"{run_dir} stopped without its summary: {log.read_text()}"
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "interrupted" and summary["signal"] == signum.name, log.read_text()
-        assert summary["checkpointed"] and summary["env_steps"] < 8192
+        assert summary["checkpointed"] and summary["env_steps"] < 16384
         assert read_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == summary["env_steps"]
         stopped_at[run_dir] = summary["env_steps"]
     rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -107,7 +108,7 @@ def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the
     for run_dir in runs:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["resumed_at_env_steps"] == [stopped_at[run_dir]]
-        assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 17))
+        assert pd.read_csv(run_dir / "train.csv")["iteration"].tolist() == list(range(1, 33))
 
 
 @pytest.mark.slow

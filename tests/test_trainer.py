@@ -119,7 +119,7 @@ def test_ppo_learns_cartpole(make_config, compiled, tmp_path):
 
 
 @pytest.mark.parametrize("env_name", ["CartPole", "Pendulum"])
-def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path):
+def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path, capsys):
     from benchmarks.evaluate import load_agent
     from benchmarks.engine.trainer import Evaluator
 
@@ -135,6 +135,16 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
                                  "--seed", str(cfg.seed + 1_000_000)], cwd=ROOT, capture_output=True, text=True,
                                 timeout=300)
         assert result.stdout.startswith(f"ppo on CartPole-v1: deterministic return {returns.mean():.2f} +- "), result
+        stored = torch.load(tmp_path / "checkpoint.pt", weights_only=True)  # one bit flipped on disk
+        stored["payload"] = bytes([stored["payload"][0] ^ 1]) + stored["payload"][1:]
+        torch.save(stored, tmp_path / "damaged.pt")
+        from benchmarks.evaluate import main as evaluate_main
+
+        with pytest.raises(SystemExit) as refused:
+            evaluate_main([str(tmp_path / "damaged.pt")])
+        assert refused.value.code == 2 and capsys.readouterr().err.endswith(
+            f"error: argument checkpoint: {tmp_path / 'damaged.pt'}: its bytes do not match their SHA-256 digest "
+            f"(damaged on disk)\n")
 
 
 def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_config, tmp_path, monkeypatch):

@@ -679,7 +679,11 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         # (valid False); a SAME_STEP env (the token tasks) resets within the step that ends one
                         resetting = np.zeros_like(episode_ended) if envs.same_step_reset else episode_ended
                         valid = ~resetting & active[:, None]
-                        action, log_prob, value = population.act(obs, active)
+                        # a NaN the env returned is named after the iteration (check_finite); until then the policy
+                        # acts on zeros in its place (a sampler given NaN probabilities raises mid-rollout)
+                        action, log_prob, value = population.act(
+                            obs if np.isfinite(obs).all() else np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0),
+                            active)
                         obs_np[t], actions_np[t], log_probs_np[t], values_np[t] = obs, action, log_prob, value
                         valid_np[t] = valid
                         before_step = time.perf_counter()
@@ -707,6 +711,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                             for index, j in zip(*np.nonzero(ended)):
                                 runs[index].episode_returns.append(float(envs.episode_returns[index, j]))
                                 runs[index].episode_lengths.append(int(envs.episode_lengths[index, j]))
+                        if signals.arrived:  # acted on after the iteration; a Ctrl-C is answered now
+                            signals.say_ctrl_c()
                     # V(obs after the last row), the bootstrap of every seed's rollout
                     rollout.next_value.copy_(torch.from_numpy(population.value(obs).reshape(-1)))
                 # the per-seed objects are what evaluation and checkpoints read
@@ -719,6 +725,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                 update_start = time.perf_counter()
                 with population.unchecked_calls():
                     all_stats = population.update(rollouts, iteration, [run.active for run in runs])
+                signals.say_ctrl_c()
                 now = time.perf_counter()
                 phases.add("act", act_time)
                 phases.add("env step", step_time)
@@ -731,7 +738,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         continue
                     run.env_steps += steps_per_iteration
                     try:
-                        check_finite(run.algorithm, stats, iteration, run.env_steps, seed_part)
+                        check_finite(run.algorithm, stats, iteration, run.env_steps, seed_part, run.obs)
                     except NonFiniteError as error:  # this seed stops; the others go on
                         run.active, run.error = False, error
                         run.write_summary("failed", error=f"NonFiniteError: {error}", batched=batched_info)

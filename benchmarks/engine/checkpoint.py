@@ -27,6 +27,10 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint although the run directory says there should be one."""
 
 
+class CheckpointDamaged(ValueError):
+    """A checkpoint file whose bytes do not match the digest written with them."""
+
+
 def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
     """The newest readable checkpoint of this config in run_dir, None if there is none.
 
@@ -128,7 +132,7 @@ def read_checkpoint(path: Path) -> dict:
     stored = torch.load(path, weights_only=True)
     if isinstance(stored, dict) and set(stored) == {"sha256", "payload"}:
         if hashlib.sha256(stored["payload"]).hexdigest() != stored["sha256"]:
-            raise ValueError("its bytes do not match their SHA-256 digest (damaged on disk)")
+            raise CheckpointDamaged("its bytes do not match their SHA-256 digest (damaged on disk)")
         return torch.load(io.BytesIO(stored["payload"]), weights_only=True)
     return stored
 

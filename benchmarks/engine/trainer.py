@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -103,10 +104,13 @@ class PreemptionSignals:
     def __init__(self):
         self.arrived: dict = {}  # signal number -> the frame it interrupted, in order of arrival
         self.previous: dict = {}
+        self.said_ctrl_c = False
 
     def __enter__(self) -> "PreemptionSignals":
         if threading.current_thread() is threading.main_thread():  # Python allows handlers only there
             for signum in self.SIGNALS:
+                if signum == signal.SIGINT and signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # a job a script started in the background: the terminal's Ctrl-C is not for it
                 # The handler is C code (a dict's __setitem__), not a Python function: Python runs a handler as a
                 # new frame wherever the signal lands, and a new frame inside a compiled population program that
                 # skips its guards (algorithms.population.UncheckedCalls) makes torch raise a RuntimeError
@@ -118,6 +122,16 @@ class PreemptionSignals:
     def received(self) -> int | None:
         """The first signal that arrived, or None."""
         return next(iter(self.arrived), None)
+
+    def say_ctrl_c(self) -> None:
+        """Called by the loop between env steps and after the update: a Ctrl-C that arrived is answered there, and a
+        second one stops the run where it is (Python's own KeyboardInterrupt; the run resumes from its last
+        checkpoint)."""
+        if signal.SIGINT in self.arrived and not self.said_ctrl_c:
+            self.said_ctrl_c = True
+            print("Ctrl-C: stopping after this iteration, with a checkpoint; Ctrl-C again stops at once",
+                  file=sys.stderr, flush=True)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self.previous.items():
@@ -133,12 +147,14 @@ class PreemptionSignals:
         raise TrainingInterrupted(signum, env_steps)
 
 
-def check_finite(algorithm, stats: dict, iteration: int, env_steps: int, rollout=None) -> None:
-    """A NonFiniteError naming the first non-finite number: the task's own (the rollout's rewards or observations,
-    the cause when there is one), then the update's statistics and parameters."""
+def check_finite(algorithm, stats: dict, iteration: int, env_steps: int, rollout=None, next_obs=None) -> None:
+    """A NonFiniteError naming the first non-finite number: the task's own (the rollout's rewards and observations,
+    and the observation after its last step: the cause when there is one), then the update's statistics and
+    parameters."""
     where = f"at iteration {iteration} ({env_steps} env steps)"
     if rollout is not None:
-        for name, values in (("reward", rollout.raw_rewards), ("observation", rollout.obs)):
+        for name, values in (("reward", rollout.raw_rewards), ("observation", rollout.obs),
+                             ("observation", torch.as_tensor(next_obs))):
             if not torch.isfinite(values).all():
                 raise NonFiniteError(f"the task's env returned a non-finite {name} {where}; the last good "
                                      f"checkpoint is kept")

@@ -345,7 +345,7 @@ def made_task_problems(env: dict) -> list[str]:
         instance = gymnasium.make(env_id, disable_env_checker=True, **kwargs)
     except Exception as error:
         given = f" with env.kwargs={kwargs}" if kwargs else ""
-        return [f"env.id={env_id} cannot be made{given}: {error}"]
+        return [f"env.id={env_id} cannot be made{given}: {type(error).__name__}: {error}"]
     try:
         problem = space_problem(env_id, instance.observation_space, instance.action_space)
     finally:
