@@ -167,6 +167,21 @@ def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint_as_sigterm_does(make
     assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["env_steps"] == 1024
 
 
+def test_a_stop_without_checkpoints_says_the_rerun_starts_over(make_config, tmp_path, monkeypatch):
+    """logging.checkpoint=false: a signal still stops the run cleanly, and its line does not promise a resume."""
+    from benchmarks.engine import trainer
+
+    before_each_update(monkeypatch, lambda algorithm, rollout, iteration:
+                       os.kill(os.getpid(), signal.SIGTERM) if iteration == 2 else None)
+    with pytest.raises(trainer.TrainingInterrupted, match=r"^SIGTERM at 1024 env steps: no checkpoint "
+                                                          r"\(logging.checkpoint=false\): rerunning the command trains "
+                                                          r"the run again from the start$"):
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "logging.checkpoint=false"]), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpointed"] is False
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
 def test_a_run_started_with_ctrl_c_ignored_leaves_it_ignored(make_config, tmp_path, monkeypatch):
     """A script's background job (`python run.py ... &`) starts with SIGINT ignored: the Ctrl-C the terminal sends to
     the script's foreground job is not for it."""

@@ -656,7 +656,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         phases = BatchPhaseTimes(runs)
         obs = np.stack([run.obs for run in runs])  # [seeds, envs, obs_dim], normalised
         episode_ended = np.stack([run.episode_ended for run in runs])
-        with PreemptionSignals() as signals:
+        with PreemptionSignals(checkpointed=bool(cfg.logging.checkpoint)) as signals:
             if start_iteration == 1 and cfg.eval.at_start:  # inside the signal guard: a signal here stops after iteration 1
                 started = time.perf_counter()
                 for run in runs:

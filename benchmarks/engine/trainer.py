@@ -81,12 +81,14 @@ class NonFiniteError(RuntimeError):
 
 
 class TrainingInterrupted(Exception):
-    """SIGTERM/SIGUSR1/SIGUSR2 arrived; the state is checkpointed and the run can resume."""
+    """A stop signal arrived (PreemptionSignals); the state is checkpointed and the run can resume, unless
+    checkpoints are off (logging.checkpoint=false)."""
 
-    def __init__(self, signum: int, env_steps: int):
+    def __init__(self, signum: int, env_steps: int, checkpointed: bool = True):
         self.signum, self.env_steps = signum, env_steps
-        super().__init__(f"{signal.Signals(signum).name} at {env_steps} env steps: checkpoint written; "
-                         f"rerun the same command to resume")
+        resume = ("checkpoint written; rerun the same command to resume" if checkpointed else
+                  "no checkpoint (logging.checkpoint=false): rerunning the command trains the run again from the start")
+        super().__init__(f"{signal.Signals(signum).name} at {env_steps} env steps: {resume}")
 
 
 class PreemptionSignals:
@@ -101,9 +103,10 @@ class PreemptionSignals:
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 
-    def __init__(self):
+    def __init__(self, checkpointed: bool = True):
         self.arrived: dict = {}  # signal number -> the frame it interrupted, in order of arrival
         self.previous: dict = {}
+        self.checkpointed = checkpointed  # False: logging.checkpoint=false, a stop keeps nothing to resume from
         self.said_ctrl_c = False
 
     def __enter__(self) -> "PreemptionSignals":
@@ -129,8 +132,8 @@ class PreemptionSignals:
         checkpoint)."""
         if signal.SIGINT in self.arrived and not self.said_ctrl_c:
             self.said_ctrl_c = True
-            print("Ctrl-C: stopping after this iteration, with a checkpoint; Ctrl-C again stops at once",
-                  file=sys.stderr, flush=True)
+            print(f"Ctrl-C: stopping after this iteration{', with a checkpoint' if self.checkpointed else ''}; "
+                  f"Ctrl-C again stops at once", file=sys.stderr, flush=True)
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __exit__(self, *exc) -> None:
@@ -144,7 +147,7 @@ class PreemptionSignals:
         self.__exit__()
         if callable(previous) and previous is not signal.default_int_handler:
             previous(signum, None)  # submitit: checkpoint() -> requeue -> exit
-        raise TrainingInterrupted(signum, env_steps)
+        raise TrainingInterrupted(signum, env_steps, self.checkpointed)
 
 
 def check_finite(algorithm, stats: dict, iteration: int, env_steps: int, rollout=None, next_obs=None) -> None:
