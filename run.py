@@ -323,16 +323,31 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     return summary
 
 
-def refuse_a_file_as_run_directory(arguments: list[str]) -> None:
-    """hydra.run.dir / hydra.sweep.dir naming an existing file: one line, before Hydra fails making it a directory."""
+def refuse_an_unusable_run_directory(arguments: list[str]) -> None:
+    """hydra.run.dir / hydra.sweep.dir naming an existing file, or a path inside a file or an unwritable directory:
+    one line, before Hydra fails making it a directory (nothing is made here)."""
+    import os
+
     for argument in arguments:
         key, _, value = argument.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and Path(value).is_file():
-            print(f"config error: {key.lstrip('+')}={value} is a file, not a directory: give a directory",
-                  file=sys.stderr)
-            sys.exit(2)
+        key = key.lstrip("+")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not value:
+            continue
+        path = Path(value)
+        if path.is_file():
+            problem = "is a file, not a directory: give a directory"
+        else:
+            existing = next(parent for parent in [path, *path.absolute().parents] if parent.exists())
+            if not existing.is_dir():
+                problem = f"cannot be made: {existing} is a file"
+            elif not os.access(existing, os.W_OK | os.X_OK):
+                problem = f"cannot be made: {existing} is not writable"
+            else:
+                continue
+        print(f"config error: {key}={value} {problem}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    refuse_a_file_as_run_directory(sys.argv[1:])
+    refuse_an_unusable_run_directory(sys.argv[1:])
     main()

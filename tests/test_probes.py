@@ -70,6 +70,9 @@ def test_a_run_directory_that_is_a_file_is_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"config error: hydra.run.dir={tmp_path}/afile is a file, not a directory: give a directory\n"
     assert (tmp_path / "afile").read_text() == "mine"
+    inside = run_py("-m", f"hydra.sweep.dir={tmp_path}/afile/sweep", "seed=0,1")  # a path through the file
+    assert inside.returncode == 2
+    assert inside.stderr == f"config error: hydra.sweep.dir={tmp_path}/afile/sweep cannot be made: {tmp_path}/afile is a file\n"
 
 
 def test_a_refused_config_leaves_an_earlier_runs_directory_as_it_was(tmp_path):
