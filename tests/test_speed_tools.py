@@ -87,3 +87,17 @@ def test_profile_of_a_population_divides_each_phase_by_every_seeds_steps(capsys)
     assert {row[0].strip() for row in rows} >= {"update", "act", "env step", "rest of the loop"}
     for phase, seconds, _share, per_seed_step in rows:
         assert float(per_seed_step) == pytest.approx(1e6 * float(seconds) / (2 * 1024), abs=0.06 + 1e6 * 0.005 / 2048)
+
+
+def test_update_split_parts_add_up_to_the_update_and_leave_the_functions_as_they_were(capsys):
+    from algorithms import population
+    from benchmarks.speed.update_split import main as update_split_main, split
+
+    before = (population.PopulationStep.__call__, population.gather_rows)
+    totals = split("CartPole", 2, 1024)
+    assert (population.PopulationStep.__call__, population.gather_rows) == before
+    assert 0 < totals["minibatch step"] + totals["minibatch gathers"] <= totals["epochs"] <= totals["update"]
+    assert totals["update"] < totals["training"]
+    update_split_main(["--env", "CartPole", "--seeds", "2", "--steps", "1024"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(rows) == 4 and abs(sum(float(row.split("|")[3].strip(" %")) for row in rows) - 100) < 0.5
