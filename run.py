@@ -76,7 +76,6 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
 
     note_task_override(cfg)
-    from benchmarks.engine.logger import write_json_atomic
 
     # heavy imports only after the config is known good
     from benchmarks.engine.checkpoint import CheckpointError
@@ -120,12 +119,7 @@ def main(cfg: DictConfig) -> float | None:
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
-        if not is_recorded_failure(run_dir):
-            try:  # a few bytes may still fit on a full disk; if not, the checkpoint still resumes the run
-                write_json_atomic(run_dir / "summary.json",
-                                  {"status": "failed", "error": f"{type(error).__name__}: {error}"})
-            except DiskFullError:
-                pass
+        record_failure(run_dir, error)
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
@@ -167,7 +161,6 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
 
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
     from benchmarks.engine.checkpoint import CheckpointError
-    from benchmarks.engine.logger import write_json_atomic
     from benchmarks.engine.run_dir import RunLockedError
     from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
 
@@ -199,12 +192,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
             for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
-                if not is_recorded_failure(run_dir):
-                    try:
-                        write_json_atomic(run_dir / "summary.json",
-                                          {"status": "failed", "error": f"{type(error).__name__}: {error}"})
-                    except DiskFullError:
-                        pass
+                record_failure(run_dir, error)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
@@ -293,6 +281,18 @@ def start_afresh(run_dir: Path) -> None:
         return
     if removed:
         print(f"restart=true: removed {', '.join(removed)} from {run_dir}", file=sys.stderr)
+
+
+def record_failure(run_dir: Path, error: BaseException) -> None:
+    """summary.json says the run failed and why, unless the trainer recorded its failure already."""
+    from benchmarks.engine.logger import write_json_atomic
+
+    if not is_recorded_failure(run_dir):
+        try:  # a few bytes may still fit on a full disk; if not, the checkpoint still resumes the run
+            write_json_atomic(run_dir / "summary.json",
+                              {"status": "failed", "error": f"{type(error).__name__}: {error}"})
+        except DiskFullError:
+            pass
 
 
 def is_recorded_failure(run_dir: Path) -> bool:

@@ -780,7 +780,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                     for run in runs:
                         if run.active:
                             run.write_summary("interrupted", signal=signal.Signals(signals.received).name,
-                                              checkpointed=bool(cfg.logging.checkpoint), batched=batched_info)
+                                              checkpointed=signals.checkpointed, batched=batched_info)
                     signals.hand_over(env_steps)
         for run in runs:
             if run.active:
