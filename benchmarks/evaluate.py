@@ -15,8 +15,10 @@ which executes no pickled code.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -86,7 +88,10 @@ def main(argv=None) -> None:
         evaluator = SampledEvaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
     else:
         evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
-    returns = evaluator(algorithm, obs_normalizer)
+    try:
+        returns = evaluator(algorithm, obs_normalizer)
+    except gym.error.Error as error:  # the task's own error, or an episode that never ends: one line
+        sys.exit(f"error: {error}")
     evaluator.close()
     kind, unit = ("sampled", "prompts") if sampled else ("deterministic", "episodes")
     others = "".join(f", {column.removeprefix('eval_').removesuffix('_mean')} {value:.2f}"

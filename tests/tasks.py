@@ -1,6 +1,6 @@
-"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: four
-whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run and three whose
-rewards or observations turn NaN."""
+"""Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
+one, four whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run, three
+whose rewards or observations turn NaN and one whose episodes never end."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ class Line(gym.Env):
     """A point on a line pushed left or right; episodes of 20 steps."""
 
     def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None,
-                 nan_reward_at_step: int | None = None, nan_observation_at_step: int | None = None):
+                 nan_reward_at_step: int | None = None, nan_observation_at_step: int | None = None,
+                 episode_steps: int | None = 20):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = action_space or gym.spaces.Discrete(2)
-        self.fail_at_step, self.steps = fail_at_step, 0
+        self.fail_at_step, self.steps, self.episode_steps = fail_at_step, 0, episode_steps
         self.nan_reward_at_step, self.nan_observation_at_step = nan_reward_at_step, nan_observation_at_step
 
     def reset(self, *, seed=None, options=None):
@@ -33,7 +34,7 @@ class Line(gym.Env):
         observation = self.observation()
         if self.steps == self.nan_observation_at_step:
             observation[0] = np.nan
-        return observation, reward, False, self.t >= 20, {}
+        return observation, reward, False, self.episode_steps is not None and self.t >= self.episode_steps, {}
 
     def observation(self) -> np.ndarray:
         return np.array([self.position, self.t], np.float32)
@@ -43,6 +44,7 @@ def unbuildable():
     raise RuntimeError("the task's licence server is not reachable")
 
 
+gym.register("Line-v0", Line)
 gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3])))
 gym.register("LineBoxMatrix-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
 gym.register("LineFromOne-v0", lambda: Line(gym.spaces.Discrete(2, start=1)))
@@ -53,3 +55,4 @@ gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))
 # CartPole's rollout of 128 rows holds 122 steps of these 20-step episodes (a reset row after each)
 gym.register("LineNaNObservation-v0", lambda: Line(nan_observation_at_step=100))
 gym.register("LineNaNLastObservation-v0", lambda: Line(nan_observation_at_step=122))
+gym.register("LineNeverEnds-v0", lambda: Line(episode_steps=None))  # no time limit: its episodes never end

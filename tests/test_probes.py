@@ -188,3 +188,37 @@ def test_the_trainer_refuses_spaces_the_policies_cannot_read_as_the_validator_do
     with pytest.raises(UnsupportedTaskError, match=r"^env.id=FrozenLake-v1: its observation space Discrete\(16\) is"):
         space_dims(envs, "FrozenLake-v1")
     envs.close()
+
+
+class StandStill:
+    """A policy that always takes action 0 (the evaluator's only call)."""
+
+    def act_deterministic(self, obs):
+        import torch
+
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def test_an_evaluation_episode_that_never_ends_fails_in_one_line_instead_of_running_forever(monkeypatch):
+    """A task without a time limit whose episodes never end: the evaluation stops past its step bound with an error
+    run.py reports in one line (a gymnasium.error.Error); tasks that end, on their own or by their time limit,
+    evaluate as before, and a registered limit longer than the bound lifts it."""
+    import gymnasium as gym
+
+    from benchmarks.engine.trainer import EpisodeNeverEnds, Evaluator
+
+    monkeypatch.setattr(Evaluator, "MOST_STEPS", 300)
+    no_normalizer = lambda raw_obs, update: raw_obs  # noqa: E731
+    evaluator = Evaluator("tests.tasks:LineNeverEnds-v0", 2, seed=0)
+    with pytest.raises(EpisodeNeverEnds) as raised:
+        evaluator(StandStill(), no_normalizer)
+    assert isinstance(raised.value, gym.error.Error)
+    assert str(raised.value) == ("evaluation: an episode of env.id=tests.tasks:LineNeverEnds-v0 has not ended after "
+                                 "300 steps: its episodes do not end on their own; register the task with a time "
+                                 "limit (gymnasium.register(..., max_episode_steps=N))")
+    ends_itself = Evaluator("tests.tasks:Line-v0", 2, seed=0)  # 20-step episodes, no registered limit
+    assert ends_itself(StandStill(), no_normalizer).tolist() == [-210.0, -210.0]
+    monkeypatch.setattr(Evaluator, "MOST_STEPS", 100)
+    assert Evaluator("CartPole-v1", 1, seed=0).most_steps == 500  # the registered time limit is longer
+    for opened in (evaluator, ends_itself):
+        opened.close()

@@ -119,7 +119,7 @@ def test_ppo_learns_cartpole(make_config, compiled, tmp_path):
 
 
 @pytest.mark.parametrize("env_name", ["CartPole", "Pendulum"])
-def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path, capsys):
+def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config, tmp_path, capsys, monkeypatch):
     from benchmarks.evaluate import load_agent
     from benchmarks.engine.trainer import Evaluator
 
@@ -145,6 +145,15 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
         assert refused.value.code == 2 and capsys.readouterr().err.endswith(
             f"error: argument checkpoint: {tmp_path / 'damaged.pt'}: its bytes do not match their SHA-256 digest "
             f"(damaged on disk)\n")
+        from benchmarks.engine.trainer import EpisodeNeverEnds
+
+        def never_ends(evaluator, algorithm, obs_normalizer):
+            raise EpisodeNeverEnds("evaluation: an episode of env.id=CartPole-v1 has not ended after 500 steps")
+
+        monkeypatch.setattr(Evaluator, "__call__", never_ends)  # the task's own error while evaluating: one line
+        with pytest.raises(SystemExit) as failed:
+            evaluate_main([str(tmp_path)])
+        assert failed.value.code == "error: evaluation: an episode of env.id=CartPole-v1 has not ended after 500 steps"
 
 
 def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_config, tmp_path, monkeypatch):

@@ -18,12 +18,13 @@ import sys
 import threading
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from algorithms.core import ObservationNormalizer
-from benchmarks.engine.envs import make_vector_env
+from benchmarks.engine.envs import find_spec, make_vector_env
 from benchmarks.engine.logger import CSVLog, RunLogger, episode_statistics
 
 
@@ -42,10 +43,15 @@ class Evaluator:
     """
 
     columns: dict = {}  # what an evaluation measures beside the returns, for eval.csv (a token task's SampledEvaluator)
+    # An episode longer than this (or than the task's own time limit, where that is longer) is taken for a task
+    # whose episodes never end: the evaluation stops with an error instead of running forever.
+    MOST_STEPS = 100_000
 
     def __init__(self, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None):
         self.envs = make_vector_env(env_id, episodes, seed, record_stats=False, env_kwargs=env_kwargs)
         self.seed: int | None = seed
+        self.env_id = env_id
+        self.most_steps = max(self.MOST_STEPS, find_spec(env_id).max_episode_steps or 0)
 
     def __call__(self, algorithm, obs_normalizer: ObservationNormalizer) -> np.ndarray:
         raw_obs, _ = self.envs.reset(seed=self.seed)
@@ -53,17 +59,25 @@ class Evaluator:
         num = self.envs.num_envs
         returns = np.zeros(num)
         finished = np.zeros(num, dtype=bool)
-        while not finished.all():
+        for _ in range(self.most_steps):
             obs = torch.as_tensor(obs_normalizer(raw_obs, update=False), dtype=torch.float32)
             with torch.inference_mode():
                 action = algorithm.act_deterministic(obs).numpy()
             raw_obs, reward, terminated, truncated, _ = self.envs.step(action)
             returns += np.where(finished, 0.0, reward)
             finished |= terminated | truncated
-        return returns
+            if finished.all():
+                return returns
+        raise EpisodeNeverEnds(f"evaluation: an episode of env.id={self.env_id} has not ended after {self.most_steps:,} "
+                               f"steps: its episodes do not end on their own; register the task with a time limit "
+                               f"(gymnasium.register(..., max_episode_steps=N))")
 
     def close(self) -> None:
         self.envs.close()
+
+
+class EpisodeNeverEnds(gym.error.Error):
+    """An evaluation episode that ran past any time limit: the task's episodes do not end on their own."""
 
 
 def make_evaluator(cfg: DictConfig, env_kwargs: dict | None):
