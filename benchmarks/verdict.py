@@ -15,7 +15,9 @@
 
 Every step is the suite's own command, run as a subprocess; each skips what is complete and resumes the rest,
 so rerunning this command after a kill goes on where it stopped. Arguments after `--` go to every run.py call
-(a launcher, or overrides that shrink the protocol for a quick look).
+(a launcher, or overrides that shrink the protocol for a quick look). The steps run in the project root, from
+whatever directory this command is given: a relative path in those overrides (a study's storage, a sweep
+directory) is the project's, as `run.py` there reads it; `--out` is read from the current directory.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def run(command: list[str]) -> None:
 def best_overrides(tune: str, algo: str, study_args: list[str]) -> list[str]:
     """The study's best trial's values, as run.py overrides (the storage given in study_args, else the round's)."""
     storage = given(study_args, "hydra.sweeper.storage") or tune_config(tune)["hydra"]["sweeper"]["storage"]
+    if storage.startswith("sqlite:///"):  # a relative file is the study step's, which ran in the project root
+        storage = f"sqlite:///{PROJECT_ROOT / storage.removeprefix('sqlite:///')}"
     study = load_study(storage, algo)
     if not any(t.state.name == "COMPLETE" for t in study.trials):
         raise SystemExit(f"error: study {algo} of --tune {tune} has no complete trial: rerun to go on with it")
@@ -77,7 +81,7 @@ def given(arguments: list[str], key: str) -> str | None:
 def suite_dir(suite: str, suite_args: list[str]) -> Path:
     """Where the suite's runs go: its experiment's hydra.sweep.dir, or the one given."""
     if given(suite_args, "hydra.sweep.dir"):
-        return Path(given(suite_args, "hydra.sweep.dir"))
+        return PROJECT_ROOT / given(suite_args, "hydra.sweep.dir")  # as the step, run in the project root, reads it
     return PROJECT_ROOT / compose_config([f"+experiment={suite}"], hydra_settings=True).hydra.sweep.dir
 
 
@@ -132,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the final evaluation (conf/experiment/<suite>.yaml)")
     parser.add_argument("--study-args", default="", help="overrides for the study's run.py call only (quoted)")
     parser.add_argument("--suite-args", default="", help="overrides for the final evaluation's calls only (quoted)")
-    parser.add_argument("--out", type=Path, help="where the verdict goes (default results/verdicts/<algo>_<suite>)")
+    parser.add_argument("--out", type=Path, help="where the verdict goes (default results/verdicts/<algo>_<suite> "
+                                                  "of the project)")
     args = parser.parse_args(argv)
     if args.algo == "ppo":  # the baseline: its study and runs are the ones every verdict compares against
         parser.error("--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict "
@@ -141,6 +146,14 @@ def main(argv: list[str] | None = None) -> None:
     mismatch = same_family_or_error(args.tune, args.suite, suite_args)
     if mismatch:
         parser.error(mismatch)
+    # The candidate's runs go to the verdict's own directory (a suite's directory holds what its experiment command
+    # makes); PPO's are the suite's own (complete ones, committed or not, are skipped). Checked before the hours of
+    # the study: a directory that cannot be made would only fail at the end.
+    out = (args.out or PROJECT_ROOT / "results" / "verdicts" / f"{args.algo}_{args.suite}").absolute()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: {out} cannot be made: {error.strerror}")
     python = [sys.executable, str(PROJECT_ROOT / "run.py")]
 
     print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)
@@ -148,9 +161,6 @@ def main(argv: list[str] | None = None) -> None:
     values = best_overrides(args.tune, args.algo, study_args)
     print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
 
-    # The candidate's runs go to the verdict's own directory (a suite's directory holds what its experiment command
-    # makes); PPO's are the suite's own (complete ones, committed or not, are skipped).
-    out = args.out or PROJECT_ROOT / "results" / "verdicts" / f"{args.algo}_{args.suite}"
     root = suite_dir(args.suite, suite_args)
     print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} into {out / 'runs'}, "
           f"ppo into {root}", flush=True)
@@ -165,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
     if table.empty:
         raise SystemExit(f"error: no task has enough complete seeds of both {args.algo} ({out / 'runs'}) and ppo "
                          f"({root})")
-    out.mkdir(parents=True, exist_ok=True)
     from benchmarks.report import plot_versus_ppo
 
     figures = plot_versus_ppo(runs, f"{args.algo}_{args.suite}", out)

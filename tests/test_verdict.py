@@ -11,7 +11,6 @@ import optuna
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
 
 
 @pytest.mark.slow
@@ -23,10 +22,11 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
                                f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db hydra.sweep.dir={tmp_path}/tuning",
                "--suite-args", f"env=CartPole seeds=[0,1,2] total_steps=1024 eval.every_steps=512 eval.episodes=1 "
                                f"hydra.sweep.dir={tmp_path}/suite",
-               "--out", str(tmp_path / "verdict"), "--", "logging.tensorboard=false"]
+               "--out", "verdict", "--", "logging.tensorboard=false"]
     # the protocol, not the compiler, is under test: the same loop runs its program eager
     environment = {**os.environ, "POPULATION_COMPILE": "0"}
-    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=environment)
+    # given from another directory: --out is read from there, the steps still run in the project
+    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     study = optuna.load_study(study_name="ppo_kl", storage=f"sqlite:///{tmp_path}/study.db")
     assert len(study.trials) == 2 and study.best_trial.params.keys() == {"algo.kl_target", "algo.kl_beta_init"}
@@ -42,7 +42,7 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     assert text.startswith("# Does ppo_kl beat PPO?") and "P(final eval return > PPO's)" in text
     assert (tmp_path / "verdict" / "ppo_kl_classic_tuned_CartPole_vs_ppo.png").stat().st_size > 10_000
 
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=environment)
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "tuning ppo_kl: trial(s)" not in again.stdout + again.stderr  # the study asks no trial again
     assert (again.stdout + again.stderr).count("already complete, skipped") == 6
@@ -56,10 +56,12 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     (["--algo", "ppo", "--tune", "classic_pruned", "--suite", "classic_10seeds"],
      "--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict compares "
      "against; give a variant"),
+    (["--algo", "ppo_kl", "--tune", "classic_pruned", "--suite", "classic_10seeds", "--out", "/dev/null/verdict"],
+     "argument --out: /dev/null/verdict cannot be made: Not a directory"),  # said before the study's hours, not after
 ])
 def test_a_protocol_that_cannot_give_a_verdict_is_refused_before_anything_trains(arguments, message, capsys,
                                                                                  monkeypatch):
-    """A tuning round of another family than the suite's; PPO itself as the candidate."""
+    """A tuning round of another family than the suite's; PPO itself as the candidate; an --out that cannot be made."""
     from benchmarks import verdict
     from benchmarks.verdict import main
 
@@ -104,3 +106,12 @@ def test_ctrl_c_lets_the_steps_runs_checkpoint_before_the_command_stops(tmp_path
         signal.signal(signal.SIGINT, previous)
     assert stopped.value.code == 130 and marker.read_text() == "checkpointed"
     assert "; rerun this command to resume" in capsys.readouterr().err
+
+
+def test_the_best_values_are_read_from_the_projects_study_whatever_the_current_directory(tmp_path, monkeypatch):
+    """The study step runs in the project root, so a relative storage (the tuning rounds' own) is the project's."""
+    from benchmarks.verdict import best_overrides
+
+    monkeypatch.chdir(tmp_path)
+    values = best_overrides("classic", "ppo_kl", [])
+    assert [value.split("=")[0] for value in values] == ["algo.kl_target", "algo.kl_beta_init"]
