@@ -401,13 +401,19 @@ def tune_config(tune: str) -> dict:
     return {"hydra": {"sweeper": OmegaConf.to_container(config.hydra.sweeper, resolve=False)}}
 
 
+def existing_storage(storage: str) -> str:
+    """The storage, if its database exists (reading a missing SQLite file would create an empty one), else the one
+    line that says it does not (a relative file is read from the current directory, where run.py writes it)."""
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise SystemExit(f"error: no study database {storage.removeprefix('sqlite:///')}")
+    return storage
+
+
 def load_study(storage: str, study_name: str):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        raise SystemExit(f"error: no study database {storage.removeprefix('sqlite:///')}")
-    names = optuna.get_all_study_names(storage=storage)
+    names = optuna.get_all_study_names(storage=existing_storage(storage))
     if study_name not in names:
         raise SystemExit(f"error: no study {study_name!r} in {storage} (have: {', '.join(sorted(names)) or 'none'})")
     return optuna.load_study(study_name=study_name, storage=storage)
@@ -602,7 +608,7 @@ def study_rows(tune: str) -> list[dict]:
 
     storage = tune_config(tune)["hydra"]["sweeper"]["storage"]
     rows = []
-    for summary in optuna.get_all_study_summaries(storage=storage):
+    for summary in optuna.get_all_study_summaries(storage=existing_storage(storage)):
         study = load_study(storage, summary.study_name)
         trials = [t for t in study.trials if counted(t)]
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]

@@ -107,6 +107,11 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
                            cwd=ROOT, capture_output=True, text=True)
     assert apply.returncode == 1 and apply.stderr.startswith("error: no study 'nosuch' in sqlite:///results/tuning/"
                                                              "classic.db (have: ")
+    (tmp_path / "results" / "tuning").mkdir(parents=True)  # where a study run here would be: none was
+    elsewhere = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "classic", "--out",
+                                str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True)
+    assert elsewhere.returncode == 1 and elsewhere.stderr == "error: no study database results/tuning/classic.db\n"
+    assert list((tmp_path / "results" / "tuning").iterdir()) == []  # nor an empty one made by looking
     storage = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo",
                      "hydra.sweeper.storage=sqlite:////proc/nope/x.db", f"hydra.sweep.dir={tmp_path}/sweep")
     assert storage.returncode == 1
