@@ -20,6 +20,8 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("arguments, message", [
     (["seeds=abc"], "config error: seeds must be null (one seed, `seed`) or a list of distinct integers in "
                     "[0, 4294967295] trained as one batch, got 'abc'"),
+    (["total_steps=1e6"], "config error: total_steps must be an integer >= 1, got 1000000.0 (a float: write the "
+                          "integer, 1000000)"),
     (["algo.hidden_sizes=[100000,100000]"], "config error: algo.hidden_sizes=[100000, 100000] gives 10,000,000,000 "
                                             "weights between hidden layers per network; at most 50,000,000"),
     (["env.id=Foo-v0"], "config error: env.id must be a registered Gymnasium id (a MuJoCo v5 or classic-control id, "
