@@ -184,3 +184,13 @@ def test_the_slurm_launcher_off_a_cluster_is_one_line_before_any_job(tmp_path):
         "error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
         "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here\n"), result.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_joblib_launcher_given_no_jobs_at_once_is_one_line_before_any_job(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=0", "env=CartPole", "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr == (
+        "error: hydra.launcher.n_jobs=0 runs no job: give the number of jobs at once (-1: one per core)\n"), \
+        result.stderr
+    assert not (tmp_path / "sweep").exists()

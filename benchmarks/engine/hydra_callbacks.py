@@ -96,6 +96,10 @@ class SweepReport(Callback):
             print("error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
                   "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here", file=sys.stderr)
             sys.exit(2)
+        if launcher.endswith("JoblibLauncher") and OmegaConf.select(config, "hydra.launcher.n_jobs") == 0:
+            print("error: hydra.launcher.n_jobs=0 runs no job: give the number of jobs at once (-1: one per core)",
+                  file=sys.stderr)  # joblib's own ValueError traceback otherwise
+            sys.exit(2)
         if launcher.endswith("JoblibLauncher") and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             # Ctrl-C reaches the launcher and its workers. Left to raise KeyboardInterrupt here, it makes joblib kill
             # the workers mid-iteration; ending the launcher at once, as SIGTERM does, lets each worker finish its
