@@ -82,15 +82,15 @@ def main(argv=None) -> None:
     except CheckpointError as error:
         parser.error(f"argument checkpoint: {error}")
     sampled = cfg.env.get("evaluation", {}).get("kind") == "sampled"
-    if sampled:
-        from benchmarks.rlhf.evaluation import SampledEvaluator
-
-        evaluator = SampledEvaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
-    else:
-        evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
     try:
+        if sampled:
+            from benchmarks.rlhf.evaluation import SampledEvaluator
+
+            evaluator = SampledEvaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
+        else:
+            evaluator = Evaluator(cfg.env.id, args.episodes, args.seed, task_kwargs(cfg.env))
         returns = evaluator(algorithm, obs_normalizer)
-    except gym.error.Error as error:  # the task's own error, or an episode that never ends: one line
+    except gym.error.Error as error:  # the task's own error, one no longer registered, an endless episode: one line
         sys.exit(f"error: {error}")
     evaluator.close()
     kind, unit = ("sampled", "prompts") if sampled else ("deterministic", "episodes")

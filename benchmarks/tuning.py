@@ -404,8 +404,10 @@ def tune_config(tune: str) -> dict:
 def existing_storage(storage: str) -> str:
     """The storage, if its database exists (reading a missing SQLite file would create an empty one), else the one
     line that says it does not (a relative file is read from the current directory, where run.py writes it)."""
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        raise SystemExit(f"error: no study database {storage.removeprefix('sqlite:///')}")
+    path = Path(storage.removeprefix("sqlite:///"))
+    if storage.startswith("sqlite:///") and not path.exists():
+        where = "" if path.is_absolute() else f" under {Path.cwd()} (a study writes it where run.py ran)"
+        raise SystemExit(f"error: no study database {path}{where}")
     return storage
 
 

@@ -23,6 +23,7 @@ directory) is the project's, as `run.py` there reads it; `--out` is read from th
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import subprocess
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         parser.error(f"argument --out: {out} cannot be made: {error.strerror}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"argument --out: {out} is not writable")
     python = [sys.executable, str(PROJECT_ROOT / "run.py")]
 
     print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)

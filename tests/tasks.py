@@ -9,7 +9,7 @@ import numpy as np
 
 
 class Line(gym.Env):
-    """A point on a line pushed left or right; episodes of 20 steps."""
+    """A point on a line pushed left or right; episodes of `episode_steps` steps (None: they never end)."""
 
     def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None,
                  nan_reward_at_step: int | None = None, nan_observation_at_step: int | None = None,

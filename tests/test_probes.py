@@ -22,6 +22,7 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                     "[0, 4294967295] trained as one batch, got 'abc'"),
     (["total_steps=1e6"], "config error: total_steps must be an integer >= 1, got 1000000.0 (a float: write the "
                           "integer, 1000000)"),
+    (["total_steps=-1e6"], "config error: total_steps must be an integer >= 1, got -1000000.0\n"),  # no hint: refused too
     (["algo.hidden_sizes=[100000,100000]"], "config error: algo.hidden_sizes=[100000, 100000] gives 10,000,000,000 "
                                             "weights between hidden layers per network; at most 50,000,000"),
     (["env.id=Foo-v0"], "config error: env.id must be a registered Gymnasium id (a MuJoCo v5 or classic-control id, "
@@ -112,7 +113,8 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
     (tmp_path / "results" / "tuning").mkdir(parents=True)  # where a study run here would be: none was
     elsewhere = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "classic", "--out",
                                 str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True)
-    assert elsewhere.returncode == 1 and elsewhere.stderr == "error: no study database results/tuning/classic.db\n"
+    assert elsewhere.returncode == 1 and elsewhere.stderr == (
+        f"error: no study database results/tuning/classic.db under {tmp_path} (a study writes it where run.py ran)\n")
     assert list((tmp_path / "results" / "tuning").iterdir()) == []  # nor an empty one made by looking
     storage = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo",
                      "hydra.sweeper.storage=sqlite:////proc/nope/x.db", f"hydra.sweep.dir={tmp_path}/sweep")
@@ -227,5 +229,6 @@ def test_an_evaluation_episode_that_never_ends_fails_in_one_line_instead_of_runn
     assert ends_itself(StandStill(), no_normalizer).tolist() == [-210.0, -210.0]
     monkeypatch.setattr(Evaluator, "MOST_STEPS", 100)
     assert Evaluator("CartPole-v1", 1, seed=0).most_steps == 500  # the registered time limit is longer
+    assert Evaluator("CartPole-v1", 1, 0, {"max_episode_steps": 1000}).most_steps == 1000  # and the one given
     for opened in (evaluator, ends_itself):
         opened.close()

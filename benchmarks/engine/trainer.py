@@ -51,7 +51,8 @@ class Evaluator:
         self.envs = make_vector_env(env_id, episodes, seed, record_stats=False, env_kwargs=env_kwargs)
         self.seed: int | None = seed
         self.env_id = env_id
-        self.most_steps = max(self.MOST_STEPS, find_spec(env_id).max_episode_steps or 0)
+        time_limit = (env_kwargs or {}).get("max_episode_steps") or find_spec(env_id).max_episode_steps
+        self.most_steps = max(self.MOST_STEPS, time_limit or 0)
 
     def __call__(self, algorithm, obs_normalizer: ObservationNormalizer) -> np.ndarray:
         raw_obs, _ = self.envs.reset(seed=self.seed)

@@ -248,7 +248,7 @@ def validate_config(cfg: DictConfig) -> None:
             continue
         key, check, allowed = ENV_HPARAM_RULES[hparam]
         if not check(value):
-            errors.append(refusal(key, allowed, value))
+            errors.append(refusal(key, check, allowed, value))
             bad_hparams[hparam] = value
 
     for key, check, allowed in rules:
@@ -259,7 +259,7 @@ def validate_config(cfg: DictConfig) -> None:
             continue
         inherited = key.startswith("algo.") and bad_hparams.get(key.removeprefix("algo."), object()) == value
         if not check(value) and not inherited:  # an algo.* value read from a bad env.hparams.* is said there once
-            errors.append(refusal(key, allowed, value))
+            errors.append(refusal(key, check, allowed, value))
 
     errors += _unknown_keys(data, rules)
 
@@ -269,11 +269,11 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError("\n".join(errors))
 
 
-def refusal(key: str, allowed: str, value) -> str:
+def refusal(key: str, check, allowed: str, value) -> str:
     """The line refusing a value; a whole number given as a float (`total_steps=1e6`, which Hydra reads as
-    1000000.0) where an integer is wanted says how to write it."""
-    hint = (f" (a float: write the integer, {int(value)})" if "an integer" in allowed and isinstance(value, float)
-            and value.is_integer() else "")
+    1000000.0) where that integer would do says how to write it."""
+    hint = (f" (a float: write the integer, {int(value)})" if isinstance(value, float) and value.is_integer()
+            and check(int(value)) else "")
     return f"{key} must be {allowed}, got {value!r}{hint}"
 
 
