@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from benchmarks.engine.logger import read_csv_complete_rows
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: a training process reads LOCK_FILE here, and pandas takes 0.4 s
 
 
 # The file a training process holds while it trains in a run directory (benchmarks/engine/run_dir.py run_lock):
@@ -39,8 +41,10 @@ def numeric_log(path: Path, columns: tuple[str, ...]):
         raise ValueError(f"{path.name} lacks {', '.join(missing)}")
     if log.empty:
         raise ValueError(f"{path.name} has no rows")
+    from pandas.api.types import is_numeric_dtype
+
     for column in columns:
-        if not pd.api.types.is_numeric_dtype(log[column]):
+        if not is_numeric_dtype(log[column]):
             raise ValueError(f"{path.name}: column {column} is not numeric (damaged rows)")
     return log
 
@@ -52,6 +56,8 @@ def last_episodes_mean(run: dict) -> float:
 
 def eval_curves(group: list[dict]) -> pd.DataFrame:
     """Eval return per seed (columns) on the env steps every seed evaluated at (rows)."""
+    import pandas as pd
+
     curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group}, axis=1)
     return curves.dropna().sort_index()
 
