@@ -1,6 +1,6 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
-one, four whose actions the suite's policies cannot emit, one that cannot be made, one that fails mid-run, three
-whose rewards or observations turn NaN and one whose episodes never end."""
+one, one whose observations are empty, five whose actions the suite's policies cannot emit, one that cannot be
+made, one that fails mid-run, three whose rewards or observations turn NaN and one whose episodes never end."""
 
 from __future__ import annotations
 
@@ -40,6 +40,17 @@ class Line(gym.Env):
         return np.array([self.position, self.t], np.float32)
 
 
+class Blind(Line):
+    """The line with nothing to observe: observations of shape (0,)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (0,), np.float32)
+
+    def observation(self) -> np.ndarray:
+        return np.zeros(0, np.float32)
+
+
 def unbuildable():
     raise RuntimeError("the task's licence server is not reachable")
 
@@ -49,6 +60,8 @@ gym.register("LineMultiDiscrete-v0", lambda: Line(gym.spaces.MultiDiscrete([2, 3
 gym.register("LineBoxMatrix-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
 gym.register("LineFromOne-v0", lambda: Line(gym.spaces.Discrete(2, start=1)))
 gym.register("LineIntegerBox-v0", lambda: Line(gym.spaces.Box(0, 10, (3,), np.int64)))
+gym.register("LineNoActions-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (0,), np.float32)))
+gym.register("Blind-v0", Blind)
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))

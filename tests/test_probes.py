@@ -40,6 +40,10 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                                             "Discrete(2, start=1) is not supported"),
     (["env.id=tests.tasks:LineIntegerBox-v0"], "config error: env.id=tests.tasks:LineIntegerBox-v0: its action space "
                                                "Box(0, 10, (3,), int64) is not supported"),
+    (["env.id=tests.tasks:Blind-v0"], "config error: env.id=tests.tasks:Blind-v0: its observation space Box([], [], "
+                                      "(0,), float32) is not supported"),
+    (["env.id=tests.tasks:LineNoActions-v0"], "config error: env.id=tests.tasks:LineNoActions-v0: its action space "
+                                              "Box([], [], (0,), float32) is not supported"),
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
      "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: RuntimeError: the task's licence server is "
      "not reachable"),

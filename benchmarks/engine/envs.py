@@ -103,17 +103,17 @@ class UnsupportedTaskError(gym.error.Error):
 def space_problem(env_id: str, obs_space: gym.Space, action_space: gym.Space) -> str | None:
     """Why the suite's MLP policies cannot train on these spaces (one line), or None: they read a flat Box
     observation and act in a Discrete space from 0 or a flat Box of floats."""
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1 or obs_space.shape[0] == 0:
         return (f"env.id={env_id}: its observation space {obs_space} is not supported: the suite's networks read "
-                f"one flat vector of numbers per step (a Box of shape (n,)); a task of your own can flatten it "
+                f"one flat vector of numbers per step (a Box of shape (n,), n >= 1); a task of your own can flatten it "
                 f"(gymnasium.wrappers.FlattenObservation, registered as module:Id: docs/extending.md)")
     # the policies emit 0..n-1 (a Discrete space starting elsewhere would be off by its start) or floats
     from_zero = isinstance(action_space, gym.spaces.Discrete) and int(action_space.start) == 0
     flat_box = (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
-                and np.issubdtype(action_space.dtype, np.floating))
+                and action_space.shape[0] > 0 and np.issubdtype(action_space.dtype, np.floating))
     if not (from_zero or flat_box):
         return (f"env.id={env_id}: its action space {action_space} is not supported: the suite's policies act in a "
-                f"Discrete space starting at 0 or a Box of floats of shape (n,)")
+                f"Discrete space starting at 0 or a Box of floats of shape (n,), n >= 1")
     return None
 
 
