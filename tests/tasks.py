@@ -1,6 +1,7 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
-one, one whose observations are empty, five whose actions the suite's policies cannot emit, one that cannot be
-made, one that fails mid-run, three whose rewards or observations turn NaN and one whose episodes never end."""
+one, one whose observations are empty, five whose actions the suite's policies cannot emit, two that break
+Gymnasium's API, one that cannot be made, one that fails mid-run, three whose rewards or observations turn NaN and
+one whose episodes never end."""
 
 from __future__ import annotations
 
@@ -51,6 +52,21 @@ class Blind(Line):
         return np.zeros(0, np.float32)
 
 
+class OldGymLine(Line):
+    """The line written for the old gym API: step returns (observation, reward, done, info)."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        return observation, reward, terminated or truncated, info
+
+
+class MisshapenLine(Line):
+    """The line whose observations have three numbers where its space says two."""
+
+    def observation(self) -> np.ndarray:
+        return np.zeros(3, np.float32)
+
+
 def unbuildable():
     raise RuntimeError("the task's licence server is not reachable")
 
@@ -62,6 +78,8 @@ gym.register("LineFromOne-v0", lambda: Line(gym.spaces.Discrete(2, start=1)))
 gym.register("LineIntegerBox-v0", lambda: Line(gym.spaces.Box(0, 10, (3,), np.int64)))
 gym.register("LineNoActions-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (0,), np.float32)))
 gym.register("Blind-v0", Blind)
+gym.register("LineOldGym-v0", OldGymLine)
+gym.register("LineMisshapen-v0", MisshapenLine)
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import ALGORITHMS
@@ -355,10 +356,34 @@ def made_task_problems(env: dict) -> list[str]:
         given = f" with env.kwargs={kwargs}" if kwargs else ""
         return [f"env.id={env_id} cannot be made{given}: {type(error).__name__}: {error}"]
     try:
-        problem = space_problem(env_id, instance.observation_space, instance.action_space)
+        problem = (space_problem(env_id, instance.observation_space, instance.action_space)
+                   or api_problem(env_id, instance))
     finally:
         instance.close()
     return [problem] if problem is not None else []
+
+
+def api_problem(env_id: str, instance) -> str | None:
+    """Why the task does not follow Gymnasium's API in one reset and one step (None: it does): reset() returns
+    (observation, info), step() returns (observation, reward, terminated, truncated, info), and each observation
+    has its observation space's shape. A task written for the old gym API (four values from step) or whose
+    observations disagree with its space would otherwise fail mid-run with numpy's or Python's words."""
+    instance.action_space.seed(0)
+    calls = {"reset": (lambda: instance.reset(seed=0), 2, "(observation, info)"),
+             "step": (lambda: instance.step(instance.action_space.sample()), 5,
+                      "(observation, reward, terminated, truncated, info): Gymnasium's API, not the old gym's")}
+    for name, (call, count, expected) in calls.items():
+        try:
+            result = call()
+        except Exception as error:
+            return f"env.id={env_id}: its {name}() fails: {type(error).__name__}: {error}"
+        if not isinstance(result, tuple) or len(result) != count:
+            got = f"{len(result)} values" if isinstance(result, tuple) else f"a {type(result).__name__}"
+            return f"env.id={env_id}: its {name}() returns {got}, where {count} are expected {expected}"
+        if np.shape(result[0]) != instance.observation_space.shape:
+            return (f"env.id={env_id}: its {name}() returns an observation of shape {np.shape(result[0])}, where its "
+                    f"observation space says {instance.observation_space.shape}")
+    return None
 
 
 MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32
