@@ -1,5 +1,5 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
-one, one whose observations are empty, five whose actions the suite's policies cannot emit, two that break
+one, one whose observations are empty, five whose actions the suite's policies cannot emit, three that break
 Gymnasium's API, one that cannot be made, one that fails mid-run, three whose rewards or observations turn NaN and
 one whose episodes never end."""
 
@@ -67,6 +67,14 @@ class MisshapenLine(Line):
         return np.zeros(3, np.float32)
 
 
+class PairRewardLine(Line):
+    """The line whose step returns two rewards (one per objective) where Gymnasium's API has one number."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        return observation, np.array([reward, -reward]), terminated, truncated, info
+
+
 def unbuildable():
     raise RuntimeError("the task's licence server is not reachable")
 
@@ -80,6 +88,7 @@ gym.register("LineNoActions-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (0,), np
 gym.register("Blind-v0", Blind)
 gym.register("LineOldGym-v0", OldGymLine)
 gym.register("LineMisshapen-v0", MisshapenLine)
+gym.register("LinePairReward-v0", PairRewardLine)
 gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))

@@ -49,6 +49,8 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                                            "info): Gymnasium's API, not the old gym's\n"),
     (["env.id=tests.tasks:LineMisshapen-v0"], "config error: env.id=tests.tasks:LineMisshapen-v0: its reset() returns an "
                                               "observation of shape (3,), where its observation space says (2,)\n"),
+    (["env.id=tests.tasks:LinePairReward-v0"], "config error: env.id=tests.tasks:LinePairReward-v0: its step() "
+                                               "returns the reward array([-1.,  1.]), where one number is expected\n"),
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
      "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: RuntimeError: the task's licence server is "
      "not reachable"),

@@ -365,8 +365,8 @@ def made_task_problems(env: dict) -> list[str]:
 
 def api_problem(env_id: str, instance) -> str | None:
     """Why the task does not follow Gymnasium's API in one reset and one step (None: it does): reset() returns
-    (observation, info), step() returns (observation, reward, terminated, truncated, info), and each observation
-    has its observation space's shape. A task written for the old gym API (four values from step) or whose
+    (observation, info), step() returns (observation, reward, terminated, truncated, info) with one number for the
+    reward, and each observation has its observation space's shape. A task written for the old gym API (four values from step) or whose
     observations disagree with its space would otherwise fail mid-run with numpy's or Python's words."""
     instance.action_space.seed(0)
     calls = {"reset": (lambda: instance.reset(seed=0), 2, "(observation, info)"),
@@ -383,6 +383,8 @@ def api_problem(env_id: str, instance) -> str | None:
         if np.shape(result[0]) != instance.observation_space.shape:
             return (f"env.id={env_id}: its {name}() returns an observation of shape {np.shape(result[0])}, where its "
                     f"observation space says {instance.observation_space.shape}")
+        if name == "step" and not (np.ndim(result[1]) == 0 and np.asarray(result[1]).dtype.kind in "biuf"):
+            return f"env.id={env_id}: its step() returns the reward {result[1]!r}, where one number is expected"
     return None
 
 
