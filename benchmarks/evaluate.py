@@ -63,8 +63,10 @@ def checkpoint_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         if not (path / "checkpoint.pt").is_file():
+            runs = sorted(p.parent.name for p in path.glob("*/checkpoint.pt"))  # a batch's job, a task's folder
+            inside = f"; the runs inside it: {', '.join(runs)} (give one)" if runs else ""
             raise argparse.ArgumentTypeError(f"{text} is a directory without a checkpoint.pt (a run directory holds "
-                                             f"one once its first checkpoint is written)")
+                                             f"one once its first checkpoint is written){inside}")
         return path / "checkpoint.pt"
     return existing_file(text)
 
