@@ -223,6 +223,9 @@ def algo_color(algo: str) -> str:
 
 
 def _format_steps(steps: float, _position) -> str:
+    """1M, 300k, 2.5k; a budget that is not a round number exactly (2,048, not 2.048k)."""
+    if steps % 100:
+        return f"{steps:,.0f}" if float(steps).is_integer() else f"{steps:g}"
     return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
 
 

@@ -620,3 +620,11 @@ def test_headline_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
         main(["--headline", str(table), str(table)])
     assert str(stop.value) == ("error: --headline: the tables give hp3o on Ant (999k) more than once: name tables "
                                "of different tasks or budgets")
+
+
+def test_a_budget_is_written_short_when_round_and_exactly_when_not():
+    from benchmarks.report import _format_steps
+
+    assert [_format_steps(steps, None) for steps in (0, 500.0, 1500, 300_000, 1_000_000, 1_500_000)] == [
+        "0", "0.5k", "1.5k", "300k", "1M", "1.5M"]
+    assert [_format_steps(steps, None) for steps in (2048, 20_480, 1_048_576)] == ["2,048", "20,480", "1,048,576"]
