@@ -63,12 +63,22 @@ def checkpoint_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         if not (path / "checkpoint.pt").is_file():
-            runs = sorted(p.parent.name for p in path.glob("*/checkpoint.pt"))  # a batch's job, a task's folder
-            inside = f"; the runs inside it: {', '.join(runs)} (give one)" if runs else ""
+            runs = [str(run) for run in batch_runs(path) if (run / "checkpoint.pt").is_file()]
+            inside = f"; its runs: {', '.join(runs)} (give one)" if runs else ""
             raise argparse.ArgumentTypeError(f"{text} is a directory without a checkpoint.pt (a run directory holds "
                                              f"one once its first checkpoint is written){inside}")
         return path / "checkpoint.pt"
     return existing_file(text)
+
+
+def batch_runs(path: Path) -> list[Path]:
+    """The runs a directory holds that is not one: a batch job's seeds (beside it, by its job mark) or the
+    directories inside it (an algorithm's seeds, a batch given its own run directory)."""
+    from benchmarks.engine.hydra_callbacks import JOB_MARK, job_run_dirs
+
+    if (path / JOB_MARK).is_file():
+        return job_run_dirs(path)
+    return sorted(child for child in path.iterdir() if child.is_dir())
 
 
 def main(argv=None) -> None:

@@ -223,10 +223,17 @@ def algo_color(algo: str) -> str:
 
 
 def _format_steps(steps: float, _position) -> str:
-    """1M, 300k, 2.5k; a budget that is not a round number exactly (2,048, not 2.048k)."""
-    if steps % 100:
-        return f"{steps:,.0f}" if float(steps).is_integer() else f"{steps:g}"
+    """An axis tick: 0.25k, 1k, 1.5M."""
     return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
+
+
+def steps_text(steps: int) -> str:
+    """A budget in a title or note: short where that is round (300k, 2.5k, 1.5M), else every digit (2,048)."""
+    if steps >= 1_000_000 and steps % 100_000 == 0:
+        return f"{steps / 1e6:g}M"
+    if 0 < steps < 1_000_000 and steps % 100 == 0:
+        return f"{steps / 1e3:g}k"
+    return f"{steps:,}"
 
 
 def identical_to(task_runs: list[dict]) -> dict[str, str]:
@@ -391,7 +398,7 @@ def tuning_note(runs: list[dict]) -> str:
         if steps is not None and steps != total:
             algos = sorted(algo for algo, tuning in tunings.items() if tuning == name)
             whose = "" if len(algos) == len({run["algo"] for run in runs}) else f" ({', '.join(algos)})"
-            notes.append(f"hyperparameters{whose} +tuning={name}, tuned on {_format_steps(steps, None)}-step trials")
+            notes.append(f"hyperparameters{whose} +tuning={name}, tuned on {steps_text(steps)}-step trials")
     return "; ".join(notes)
 
 
@@ -401,7 +408,7 @@ def budget_text(runs: list[dict]) -> str:
     total = max(run["config"]["total_steps"] for run in runs)
     if is_token_task(runs):
         return f"{total:,} tokens" if steps_are_tokens(runs) else f"{total:,} env steps"
-    return f"{_format_steps(total, None)} steps"
+    return f"{steps_text(total)} steps"
 
 
 def is_token_task(runs: list[dict]) -> bool:

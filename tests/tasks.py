@@ -1,5 +1,5 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
-one, one whose observations are empty, five whose actions the suite's policies cannot emit, three that break
+one, one whose observations are empty, five whose actions the suite's policies cannot emit, four that break
 Gymnasium's API, one that cannot be made, one that fails mid-run, three whose rewards or observations turn NaN and
 one whose episodes never end."""
 
@@ -87,6 +87,7 @@ gym.register("LineIntegerBox-v0", lambda: Line(gym.spaces.Box(0, 10, (3,), np.in
 gym.register("LineNoActions-v0", lambda: Line(gym.spaces.Box(-1.0, 1.0, (0,), np.float32)))
 gym.register("Blind-v0", Blind)
 gym.register("LineOldGym-v0", OldGymLine)
+gym.register("LineOldGymTimed-v0", OldGymLine, max_episode_steps=100)  # its TimeLimit unpacks the step itself
 gym.register("LineMisshapen-v0", MisshapenLine)
 gym.register("LinePairReward-v0", PairRewardLine)
 gym.register("Unbuildable-v0", unbuildable)

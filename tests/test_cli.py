@@ -184,16 +184,22 @@ def test_eval_lines_say_whose_they_are(tmp_path):
     ("evaluate", "{file}", "argument checkpoint: {file} is not a checkpoint this suite wrote (torch.load: "
                            "UnpicklingError)"),
     ("evaluate", "{batch}", "argument checkpoint: {batch} is a directory without a checkpoint.pt (a run directory "
-                            "holds one once its first checkpoint is written); the runs inside it: seed0, seed1 (give "
-                            "one)"),
+                            "holds one once its first checkpoint is written); its runs: {batch}/seed0, {batch}/seed1 "
+                            "(give one)"),
+    ("evaluate", "{job}", "argument checkpoint: {job} is a directory without a checkpoint.pt (a run directory "
+                          "holds one once its first checkpoint is written); its runs: {batch}/seed0, {batch}/seed1 "
+                          "(give one)"),
 ])
 def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(command, argument, message, tmp_path):
     (tmp_path / "file").write_text("x")
-    batch = tmp_path / "batch"  # a batch's job directory: its seeds' runs inside
+    batch = tmp_path / "batch"  # an algorithm's folder: its seeds' runs inside, and a batch job's, beside them
     for seed in ("seed0", "seed1"):
         (batch / seed).mkdir(parents=True)
         (batch / seed / "checkpoint.pt").write_text("x")
-    paths = {"missing": tmp_path / "nothing", "empty": tmp_path, "file": tmp_path / "file", "batch": batch}
+    (batch / "seeds0-1").mkdir()
+    (batch / "seeds0-1" / ".job").write_text('{"seeds": [0, 1]}')
+    paths = {"missing": tmp_path / "nothing", "empty": tmp_path, "file": tmp_path / "file", "batch": batch,
+             "job": batch / "seeds0-1"}
     result = subprocess.run([sys.executable, "-m", f"benchmarks.{command}", argument.format(**paths)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -47,10 +47,13 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
     (["env.id=tests.tasks:LineOldGym-v0"], "config error: env.id=tests.tasks:LineOldGym-v0: its step() returns 4 "
                                            "values, where 5 are expected (observation, reward, terminated, truncated, "
                                            "info): Gymnasium's API, not the old gym's\n"),
+    (["env.id=tests.tasks:LineOldGymTimed-v0"], "config error: env.id=tests.tasks:LineOldGymTimed-v0: its step() "
+                                                "returns 4 values, where 5 are expected (observation, reward, "
+                                                "terminated, truncated, info): Gymnasium's API, not the old gym's\n"),
     (["env.id=tests.tasks:LineMisshapen-v0"], "config error: env.id=tests.tasks:LineMisshapen-v0: its reset() returns an "
                                               "observation of shape (3,), where its observation space says (2,)\n"),
     (["env.id=tests.tasks:LinePairReward-v0"], "config error: env.id=tests.tasks:LinePairReward-v0: its step() "
-                                               "returns the reward array([-1.,  1.]), where one number is expected\n"),
+                                               "returns a reward of shape (2,), where one number is expected\n"),
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
      "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: RuntimeError: the task's licence server is "
      "not reachable"),

@@ -623,8 +623,9 @@ def test_headline_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
 
 
 def test_a_budget_is_written_short_when_round_and_exactly_when_not():
-    from benchmarks.report import _format_steps
+    from benchmarks.report import steps_text
 
-    assert [_format_steps(steps, None) for steps in (0, 500.0, 1500, 300_000, 1_000_000, 1_500_000)] == [
-        "0", "0.5k", "1.5k", "300k", "1M", "1.5M"]
-    assert [_format_steps(steps, None) for steps in (2048, 20_480, 1_048_576)] == ["2,048", "20,480", "1,048,576"]
+    assert [steps_text(steps) for steps in (0, 2500, 300_000, 1_000_000, 1_500_000)] == [
+        "0", "2.5k", "300k", "1M", "1.5M"]
+    assert [steps_text(steps) for steps in (2048, 20_480, 1_048_576, 1_050_000, 100_000_100)] == [
+        "2,048", "20,480", "1,048,576", "1,050,000", "100,000,100"]

@@ -365,27 +365,44 @@ def made_task_problems(env: dict) -> list[str]:
 
 def api_problem(env_id: str, instance) -> str | None:
     """Why the task does not follow Gymnasium's API in one reset and one step (None: it does): reset() returns
-    (observation, info), step() returns (observation, reward, terminated, truncated, info) with one number for the
-    reward, and each observation has its observation space's shape. A task written for the old gym API (four values from step) or whose
-    observations disagree with its space would otherwise fail mid-run with numpy's or Python's words."""
+    (observation, info), step() returns (observation, reward, terminated, truncated, info) with one number for
+    the reward, and each observation has its observation space's shape. A task written for the old gym API
+    (four values from step), or whose observations disagree with its space, would otherwise fail mid-run with
+    numpy's or Python's words."""
     instance.action_space.seed(0)
+    old_gym = "(observation, reward, terminated, truncated, info): Gymnasium's API, not the old gym's"
     calls = {"reset": (lambda: instance.reset(seed=0), 2, "(observation, info)"),
-             "step": (lambda: instance.step(instance.action_space.sample()), 5,
-                      "(observation, reward, terminated, truncated, info): Gymnasium's API, not the old gym's")}
+             "step": (lambda: instance.step(instance.action_space.sample()), 5, old_gym)}
     for name, (call, count, expected) in calls.items():
         try:
             result = call()
+        except ValueError as error:  # Gymnasium's TimeLimit unpacks an old gym task's four values itself
+            if name == "step" and "expected 5, got 4" in str(error):
+                return f"env.id={env_id}: its step() returns 4 values, where 5 are expected {old_gym}"
+            return f"env.id={env_id}: its {name}() fails: ValueError: {error}"
         except Exception as error:
             return f"env.id={env_id}: its {name}() fails: {type(error).__name__}: {error}"
-        if not isinstance(result, tuple) or len(result) != count:
-            got = f"{len(result)} values" if isinstance(result, tuple) else f"a {type(result).__name__}"
+        if not isinstance(result, (tuple, list)) or len(result) != count:
+            got = f"{len(result)} values" if isinstance(result, (tuple, list)) else f"a {type(result).__name__}"
             return f"env.id={env_id}: its {name}() returns {got}, where {count} are expected {expected}"
-        if np.shape(result[0]) != instance.observation_space.shape:
-            return (f"env.id={env_id}: its {name}() returns an observation of shape {np.shape(result[0])}, where its "
-                    f"observation space says {instance.observation_space.shape}")
-        if name == "step" and not (np.ndim(result[1]) == 0 and np.asarray(result[1]).dtype.kind in "biuf"):
-            return f"env.id={env_id}: its step() returns the reward {result[1]!r}, where one number is expected"
+        shape = readable_shape(result[0])
+        if shape != instance.observation_space.shape:
+            got = "an observation that is not one array" if shape is None else f"an observation of shape {shape}"
+            return f"env.id={env_id}: its {name}() returns {got}, where its observation space says " \
+                   f"{instance.observation_space.shape}"
+        reward_shape = readable_shape(result[1]) if name == "step" else ()
+        if name == "step" and not (reward_shape == () and np.asarray(result[1]).dtype.kind in "biuf"):
+            reward = repr(result[1]) if reward_shape == () else f"of shape {reward_shape}"  # one line, whatever its size
+            return f"env.id={env_id}: its step() returns a reward {reward}, where one number is expected"
     return None
+
+
+def readable_shape(value) -> tuple | None:
+    """numpy's shape of a value, None for one numpy cannot read as an array (ragged lists)."""
+    try:
+        return np.shape(value)
+    except ValueError:
+        return None
 
 
 MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32
