@@ -290,6 +290,7 @@ class PopulationStep:
         self.mode = mode or compile_mode()
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
                                  self.mode)
+        self.lr, self.lr_tensor = None, None
 
     def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
                  inputs: dict):
@@ -316,7 +317,9 @@ class PopulationStep:
 
     def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: float, active: torch.Tensor,
                  inputs: dict):
-        return self.step(flat, moments, minibatch, torch.tensor(lr, dtype=torch.float32), active, inputs)
+        if lr != self.lr:  # one tensor per learning rate, not one per minibatch
+            self.lr, self.lr_tensor = lr, torch.tensor(lr, dtype=torch.float32)
+        return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs)
 
 
 def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
@@ -556,15 +559,17 @@ class PopulationBatch:
             largest = max(counts)
             stacked = {key: torch.stack([pad_rows(batch[key], largest) for batch in epoch]) for key in first.loss_keys}
             rows, mask = minibatch_rows(counts, splits, width, self.randoms, shuffled=not phase.whole_batch)
-            seed_splits = torch.tensor(splits)
-            for m in range(max(splits)):
-                minibatch = {key: gather_rows(value, rows[m]) for key, value in stacked.items()}
-                minibatch[MASK] = mask[m]
-                stepping = running & (m < seed_splits)  # a seed with fewer minibatches this epoch is done
+            # the epoch's minibatches gathered at once, [minibatches, seeds, width, ...]: minibatch m is slab m
+            gathered = {key: gather_minibatches(value, rows).unbind(0) for key, value in stacked.items()}
+            # a seed with fewer minibatches this epoch is done after its own
+            stepping = (running & (torch.arange(len(rows))[:, None] < torch.tensor(splits))).unbind(0)
+            for m, minibatch_mask in enumerate(mask.unbind(0)):
+                minibatch = {key: slabs[m] for key, slabs in gathered.items()}
+                minibatch[MASK] = minibatch_mask
                 self.params, self.moments[phase.optimizer], stats = step(
-                    self.params, self.moments[phase.optimizer], minibatch, lr, stepping, inputs)
+                    self.params, self.moments[phase.optimizer], minibatch, lr, stepping[m], inputs)
                 per_step.append(stats)
-                stepped.append(stepping)
+                stepped.append(stepping[m])
         return step_means(per_step, torch.stack(stepped, dim=1)), trained_on
 
     def optimizer_from_seeds(self) -> None:
@@ -755,7 +760,8 @@ def step_means(per_step: list[dict], stepped: torch.Tensor) -> dict[str, torch.T
     return means
 
 
-def gather_rows(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """values [seeds, rows, ...] at rows [seeds, width] -> [seeds, width, ...]."""
-    index = rows.reshape(rows.shape + (1,) * (values.dim() - 2)).expand(rows.shape + tuple(values.shape[2:]))
-    return torch.gather(values, 1, index)
+def gather_minibatches(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """values [seeds, rows, ...] at rows [minibatches, seeds, width] -> [minibatches, seeds, width, ...]: one
+    indexing call for an epoch, each minibatch a contiguous slab."""
+    seed = torch.arange(values.shape[0])[:, None]
+    return values[seed, rows]

@@ -123,3 +123,73 @@ def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(bac
         monkeypatch.undo()
         train(compose_config([*overrides, "seed=1"]), tmp_path / "alone")
         assert_identical_logs(tmp_path / "alone", tmp_path / "seed1")
+
+
+@pytest.mark.parametrize("env_id, num_envs, min_ends", [("CartPole-v1", 3, 200), ("Pendulum-v1", 1, 15)])
+def test_the_compiled_engines_env_layer_and_statistics_step_as_each_seeds_own_wrappers_and_normalisers(
+        env_id, num_envs, min_ends):
+    """LockstepEnvs and LockstepStatistics (every seed on [seeds, envs] arrays: the compiled engine's) against the
+    eager path's PerSeedEnvs (each seed's own Gymnasium wrappers) and each seed's own ObservationNormalizer and
+    RewardScaler given the same float64 observations and rewards: the same observations, ends, episode sums,
+    scaled rewards and normalised observations, bit for bit, over many episode ends and reset steps, with a seed
+    that stops and steps again. (The eager path normalises a float32 task's observations in float32, the compiled
+    engine in float64: there the two round differently by design.)"""
+    from types import SimpleNamespace
+
+    import gymnasium as gym
+    import numpy as np
+
+    from algorithms.core import ObservationNormalizer, RewardScaler
+    from benchmarks.engine.batch_trainer import (LockstepEnvs, LockstepStatistics, PerSeedEnvs, PerSeedStatistics,
+                                                 RandomState)
+    from benchmarks.engine.envs import make_vector_env
+
+    seeds = 3
+
+    def seeds_envs():
+        stacks = [make_vector_env(env_id, num_envs, seed=seed) for seed in range(seeds)]
+        return stacks, [envs.reset(seed=seed)[0].astype(np.float64) for seed, envs in enumerate(stacks)]
+
+    def seeds_statistics(first_obs):
+        runs = [SimpleNamespace(obs_normalizer=ObservationNormalizer(obs.shape[1:], True),
+                                reward_scaler=RewardScaler(num_envs, 0.99, True)) for obs in first_obs]
+        for run, obs in zip(runs, first_obs):
+            run.obs = run.obs_normalizer(obs, update=True).astype(np.float32)
+        return runs
+
+    stacks, first_obs = seeds_envs()
+    lockstep = LockstepEnvs(stacks, batched_physics=False)
+    lockstep_statistics, own_statistics = LockstepStatistics(seeds_statistics(first_obs)), PerSeedStatistics(
+        seeds_statistics(first_obs))
+    eager = PerSeedEnvs(seeds_envs()[0], [RandomState() for _ in range(seeds)])
+    space = stacks[0].single_action_space
+    rng = np.random.default_rng(0)
+    episode_ended = np.zeros((seeds, num_envs), dtype=bool)
+    ends = 0
+    for t in range(1500):
+        if isinstance(space, gym.spaces.Discrete):
+            actions = rng.integers(0, space.n, (seeds, num_envs))
+        else:
+            actions = rng.normal(0.0, 3.0, (seeds, num_envs) + space.shape).astype(np.float32)  # beyond the bounds
+        active = np.array([True, t % 7 != 3, t < 1000])
+        on = np.flatnonzero(active)
+        valid = ~episode_ended & active[:, None]
+        raw_obs, ended = lockstep.step(actions, active)
+        expected_raw_obs, expected_ended = eager.step(actions, active)
+        assert np.array_equal(ended, expected_ended), t
+        assert np.array_equal(raw_obs[on], np.stack([expected_raw_obs[index] for index in on])), t
+        for name in ("rewards", "terminated", "truncated"):
+            assert np.array_equal(getattr(lockstep, name)[on], np.stack(getattr(eager, name))[on]), (t, name)
+        assert np.array_equal(lockstep.episode_returns[ended], eager.episode_returns[ended]), t
+        assert np.array_equal(lockstep.episode_lengths[ended], eager.episode_lengths[ended]), t
+        episode_ended = lockstep.terminated | lockstep.truncated
+        scaled = lockstep_statistics.scale(lockstep.rewards, episode_ended, valid)
+        expected_scaled = own_statistics.scale(list(lockstep.rewards), episode_ended, valid)
+        assert np.array_equal(scaled[on], expected_scaled[on]), t
+        normalized = lockstep_statistics.normalize(raw_obs, active)
+        expected_normalized = own_statistics.normalize(list(raw_obs), active)
+        assert np.array_equal(normalized[on], expected_normalized[on]), t
+        for run, obs in zip(own_statistics.runs, expected_normalized):
+            run.obs = obs
+        ends += int(ended.sum())
+    assert ends >= min_ends

@@ -93,9 +93,9 @@ def test_update_split_parts_add_up_to_the_update_and_leave_the_functions_as_they
     from algorithms import population
     from benchmarks.speed.update_split import main as update_split_main, split
 
-    before = (population.PopulationStep.__call__, population.gather_rows)
+    before = (population.PopulationStep.__call__, population.gather_minibatches)
     totals = split("CartPole", 2, 1024)
-    assert (population.PopulationStep.__call__, population.gather_rows) == before
+    assert (population.PopulationStep.__call__, population.gather_minibatches) == before
     assert 0 < totals["minibatch step"] + totals["minibatch gathers"] <= totals["epochs"] <= totals["update"]
     assert totals["update"] < totals["training"]
     update_split_main(["--env", "CartPole", "--seeds", "2", "--steps", "1024"])

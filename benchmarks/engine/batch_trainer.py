@@ -389,18 +389,19 @@ class LockstepEnvs:
                         (raw_obs[index, j], self.rewards[index, j], self.terminated[index, j],
                          self.truncated[index, j], _) = env.step(actions[index, j])
         dones = self.terminated | self.truncated
-        on = np.array(active)[:, None]
-        self.autoreset = np.where(on, dones, self.autoreset)
-        # RecordEpisodeStatistics, NEXT_STEP: the reset step counts toward no episode
-        counting = on & ~self.prev_dones
-        self.episode_returns = np.where(on & self.prev_dones, 0.0, self.episode_returns)
-        self.episode_returns = np.where(counting, self.episode_returns + self.rewards, self.episode_returns)
-        self.episode_lengths = np.where(on & self.prev_dones, 0, self.episode_lengths)
-        self.episode_lengths = np.where(counting, self.episode_lengths + 1, self.episode_lengths)
-        ended = on & dones
-        self.prev_dones = np.where(on, dones, self.prev_dones)
-        self.episode_count += ended.sum(axis=1)
-        return raw_obs, ended
+        # RecordEpisodeStatistics, NEXT_STEP: the reset step counts toward no episode, and its sums start at 0
+        returns = np.where(self.prev_dones, 0.0, self.episode_returns + self.rewards)
+        lengths = np.where(self.prev_dones, 0, self.episode_lengths + 1)
+        if not active.all():  # a stopped seed's envs were not stepped: its arrays stay as they were
+            on = active[:, None]
+            returns, lengths = np.where(on, returns, self.episode_returns), np.where(on, lengths, self.episode_lengths)
+            dones = np.where(on, dones, False)
+            self.autoreset, self.prev_dones = np.where(on, dones, self.autoreset), np.where(on, dones, self.prev_dones)
+        else:
+            self.autoreset = self.prev_dones = dones
+        self.episode_returns, self.episode_lengths = returns, lengths
+        self.episode_count += dones.sum(axis=1)
+        return raw_obs, dones
 
     def step_physics(self, actions: np.ndarray, active: np.ndarray) -> None:
         """The same step with the physics batched: resets through each sub-env's own reset(), then one batch
@@ -511,11 +512,14 @@ class LockstepStatistics:
             batch_mean, batch_var = raw_obs[:, 0], np.zeros_like(raw_obs[:, 0])
         else:
             batch_mean, batch_var = raw_obs.mean(axis=1), raw_obs.var(axis=1)
-        on = active[:, None]
         mean, var, count = merge_moments(self.obs_mean, self.obs_var, self.obs_count[:, None], batch_mean, batch_var,
                                          num_envs)
-        self.obs_mean, self.obs_var = np.where(on, mean, self.obs_mean), np.where(on, var, self.obs_var)
-        self.obs_count = np.where(active, count[:, 0], self.obs_count)
+        if active.all():
+            self.obs_mean, self.obs_var, self.obs_count = mean, var, count[:, 0]
+        else:  # a stopped seed's statistics stay as they were
+            on = active[:, None]
+            self.obs_mean, self.obs_var = np.where(on, mean, self.obs_mean), np.where(on, var, self.obs_var)
+            self.obs_count = np.where(active, count[:, 0], self.obs_count)
         normalized = (raw_obs - self.obs_mean[:, None, :]) / np.sqrt(self.obs_var[:, None, :] + self.obs_epsilon)
         return clip_symmetric(normalized, self.obs_clip).astype(np.float32)
 
@@ -523,17 +527,26 @@ class LockstepStatistics:
         """RewardScaler(rewards, episode_ended, valid) per seed, on [seeds, envs] arrays."""
         if not self.scale_reward:
             return rewards
-        self.discounted_return = np.where(valid, self.discounted_return * self.gamma + rewards, self.discounted_return)
-        counts = valid.sum(axis=1)
-        safe = np.maximum(counts, 1)
-        batch_mean = np.where(valid, self.discounted_return, 0.0).sum(axis=1) / safe
-        batch_var = np.where(valid, (self.discounted_return - batch_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe
-        mean, var, count = merge_moments(self.return_mean, self.return_var, self.return_count, batch_mean, batch_var,
-                                         counts)
-        some = counts > 0
-        self.return_mean = np.where(some, mean, self.return_mean)
-        self.return_var = np.where(some, var, self.return_var)
-        self.return_count = np.where(some, count, self.return_count)
+        discounted = self.discounted_return * self.gamma + rewards
+        if valid.all():  # every env of every seed took a step: no row to leave out
+            self.discounted_return = discounted
+            num_envs = valid.shape[1]
+            batch_mean = discounted.sum(axis=1) / num_envs
+            batch_var = ((discounted - batch_mean[:, None]) ** 2).sum(axis=1) / num_envs
+            self.return_mean, self.return_var, self.return_count = merge_moments(
+                self.return_mean, self.return_var, self.return_count, batch_mean, batch_var, num_envs)
+        else:  # reset steps (and stopped seeds) neither decay the return nor count; a seed with none keeps its moments
+            self.discounted_return = np.where(valid, discounted, self.discounted_return)
+            counts = valid.sum(axis=1)
+            safe = np.maximum(counts, 1)
+            batch_mean = np.where(valid, self.discounted_return, 0.0).sum(axis=1) / safe
+            batch_var = np.where(valid, (self.discounted_return - batch_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe
+            mean, var, count = merge_moments(self.return_mean, self.return_var, self.return_count, batch_mean,
+                                             batch_var, counts)
+            some = counts > 0
+            self.return_mean = np.where(some, mean, self.return_mean)
+            self.return_var = np.where(some, var, self.return_var)
+            self.return_count = np.where(some, count, self.return_count)
         scaled = rewards / np.sqrt(self.return_var[:, None] + self.reward_epsilon)
         self.discounted_return = np.where(episode_ended, 0.0, self.discounted_return)
         return clip_symmetric(scaled, self.reward_clip)
@@ -669,6 +682,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                                               config=run.config) for run in runs if run.active]
                 iteration_start = time.perf_counter()
                 active = np.array([run.active for run in runs])
+                all_active = bool(active.all())
                 for run in runs:
                     run.episode_returns, run.episode_lengths = [], []
                 act_time = step_time = scaling_time = normalising_time = 0.0
@@ -678,7 +692,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         # NEXT_STEP autoreset: the step after an episode ends is a reset that ignores its action
                         # (valid False); a SAME_STEP env (the token tasks) resets within the step that ends one
                         resetting = np.zeros_like(episode_ended) if envs.same_step_reset else episode_ended
-                        valid = ~resetting & active[:, None]
+                        valid = ~resetting if all_active else ~resetting & active[:, None]
                         # a NaN the env returned is named after the iteration (check_finite); until then the policy
                         # acts on zeros in its place (a sampler given NaN probabilities raises mid-rollout)
                         action, log_prob, value = population.act(

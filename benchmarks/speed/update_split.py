@@ -5,7 +5,8 @@ them, timed in this process around algorithms/population.py's own functions.
 
 Trains one population (seeds 0..N-1, the task's defaults, no checkpoints or intermediate evaluation) with these
 functions wrapped in timers: PopulationBatch.update (the whole update), run_phase (its epochs), PopulationStep's
-call (the compiled program of one minibatch step, every seed at once) and gather_rows (each loss key's minibatch rows).
+call (the compiled program of one minibatch step, every seed at once) and gather_minibatches (each loss key's
+minibatch rows, an epoch's at once).
 The first iteration compiles inside the step: give --steps of many iterations to make that a small share.
 `benchmarks.speed.profile` splits the whole loop; this splits its update phase.
 """
@@ -38,7 +39,7 @@ def split(env: str, seeds: int, steps: int) -> dict[str, float]:
 
     totals = dict.fromkeys(("update", "epochs", "minibatch step", "minibatch gathers", "training"), 0.0)
     patches = [(population.PopulationBatch, "update", "update"), (population.PopulationBatch, "run_phase", "epochs"),
-               (population.PopulationStep, "__call__", "minibatch step"), (population, "gather_rows", "minibatch gathers")]
+               (population.PopulationStep, "__call__", "minibatch step"), (population, "gather_minibatches", "minibatch gathers")]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
     for owner, attribute, name in patches:
         setattr(owner, attribute, timed(totals, name, getattr(owner, attribute)))
