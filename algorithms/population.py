@@ -705,6 +705,50 @@ def population_problems(algorithm) -> list[str]:
     return []
 
 
+def padding_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
+    """The loss terms and statistics of a vectorized algorithm's phases that change when a minibatch gains padded
+    rows (zeros, mask 0), as a population pads each seed's minibatches to one shape: a mean over rows taken
+    without masked_mean, which would train the population on the padding. Found on a small random rollout (from a
+    generator of its own) through the algorithm's own flatten_rollout and phases; a loss that fails on it is left
+    to the run, which says why."""
+    if algorithm.population_update != "vectorized":
+        return []
+    from algorithms.core import Rollout
+
+    generator = torch.Generator().manual_seed(0)
+    rollout = Rollout.allocate(4, 2, obs_dim, action_shape)
+    for column in (rollout.obs, rollout.actions, rollout.values, rollout.rewards):
+        column.normal_(generator=generator)
+    rollout.log_probs.copy_(-torch.rand(rollout.log_probs.shape, generator=generator))
+
+    def measured(phase, minibatch: dict) -> dict[str, torch.Tensor]:
+        stats: dict = {}
+        with torch.no_grad():
+            terms = getattr(algorithm, phase.loss)(getattr(algorithm, phase.evaluate)(minibatch), minibatch, stats)
+        return {**{f"term {name!r}": value for name, value in terms.items()},
+                **{f"statistic {name!r}": value for name, value in stats.items()}}
+
+    try:
+        batch = algorithm.flatten_rollout(rollout)
+        rows = len(batch["obs"])
+        plain = {**{key: batch[key] for key in algorithm.loss_keys}, MASK: torch.ones(rows)}
+        padded = {key: pad_rows(value, 2 * rows) for key, value in plain.items()}  # the mask padded with zeros too
+        changed = []
+        for phase in algorithm.update_phases():
+            alone, with_padding = measured(phase, plain), measured(phase, padded)
+            names = [name for name, value in alone.items() if not torch.allclose(
+                torch.as_tensor(value, dtype=torch.float64), torch.as_tensor(with_padding[name], dtype=torch.float64),
+                rtol=1e-5, atol=1e-6, equal_nan=True)]
+            if names:
+                changed.append(f"{type(algorithm).__name__}.{phase.loss}: {', '.join(names)} change(s) when its "
+                               f"minibatch is padded with masked rows, as a population pads every seed's minibatches "
+                               f"to one shape: take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
+                               f"(algorithms/core.py)")
+        return changed
+    except Exception:  # the run itself says what fails
+        return []
+
+
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
     amsgrad, or torch.optim.SGD without momentum or weight decay (one parameter group, not maximizing)."""

@@ -171,6 +171,34 @@ def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypa
     assert built[0].vectorized and built[0].steps[0].mode == "compiled"  # the fast path, with no code of its own
 
 
+class PPOWithUnmaskedPenalty(PPOWithActionPenalty):
+    """The same penalty with its mean taken over every row, padding included: a population would train on its
+    padded rows, where the eager path (no padding) would not."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        terms = PPO.loss_terms(self, new, minibatch, stats)
+        terms["action_penalty"] = 0.1 * self.policy.actor(minibatch["obs"]).pow(2).sum(-1).mean()
+        return terms
+
+
+def test_a_loss_term_that_averages_over_the_padding_is_refused_in_one_line(monkeypatch):
+    """A mean taken with x.mean() instead of masked_mean: refused at config time, naming the term; the same term
+    with masked_mean, and every shipped preset, pass (tests/test_validation.py validates every shipped config)."""
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithUnmaskedPenalty)
+    cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert str(error.value) == (
+        "algo.backend=compiled: PPOWithUnmaskedPenalty.loss_terms: term 'action_penalty' change(s) when its "
+        "minibatch is padded with masked rows, as a population pads every seed's minibatches to one shape: take "
+        "every mean over rows with masked_mean(x, minibatch.get(\"mask\")) (algorithms/core.py)")
+    validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
+    validate_config(cfg)
+
+
 class PPOWithSGD(PPO):
     """PPO stepped by plain SGD (no momentum): a population steps it with its own SGD."""
 
