@@ -705,14 +705,18 @@ def population_problems(algorithm) -> list[str]:
     return []
 
 
-def padding_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
-    """The loss terms and statistics of a vectorized algorithm's phases that change when a minibatch gains padded
-    rows (zeros, mask 0), as a population pads each seed's minibatches to one shape: a mean over rows taken
-    without masked_mean, which would train the population on the padding. Found on a small random rollout (from a
-    generator of its own) through the algorithm's own flatten_rollout and phases; a loss that fails on it is left
-    to the run, which says why."""
+def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
+    """What in a vectorized algorithm's loss a population would train differently from the eager path: a term
+    that draws random numbers from a global stream (inside the compiled program a draw is either refused mid-run
+    or fixed when traced), or a term or statistic that changes when its minibatch gains padded rows (mask 0) as a
+    population pads each seed's minibatches to one shape - a mean over rows taken without masked_mean,
+    which would train the population on the padding. Found on a small random rollout (from a generator of its
+    own) through the algorithm's own flatten_rollout and phases; a loss that fails on it is left to the run,
+    which says why."""
     if algorithm.population_update != "vectorized":
         return []
+    import random
+
     from algorithms.core import Rollout
 
     generator = torch.Generator().manual_seed(0)
@@ -720,33 +724,52 @@ def padding_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     for column in (rollout.obs, rollout.actions, rollout.values, rollout.rewards):
         column.normal_(generator=generator)
     rollout.log_probs.copy_(-torch.rand(rollout.log_probs.shape, generator=generator))
+    name = type(algorithm).__name__
 
     def measured(phase, minibatch: dict) -> dict[str, torch.Tensor]:
         stats: dict = {}
         with torch.no_grad():
             terms = getattr(algorithm, phase.loss)(getattr(algorithm, phase.evaluate)(minibatch), minibatch, stats)
-        return {**{f"term {name!r}": value for name, value in terms.items()},
-                **{f"statistic {name!r}": value for name, value in stats.items()}}
+        return {**{f"term {key!r}": value for key, value in terms.items()},
+                **{f"statistic {key!r}": value for key, value in stats.items()}}
 
+    streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
         batch = algorithm.flatten_rollout(rollout)
         rows = len(batch["obs"])
         plain = {**{key: batch[key] for key in algorithm.loss_keys}, MASK: torch.ones(rows)}
-        padded = {key: pad_rows(value, 2 * rows) for key, value in plain.items()}  # the mask padded with zeros too
-        changed = []
+        # padding rows that differ from the real ones (their values reversed and doubled), masked out: a term that
+        # respects the mask cannot see them, one that does not moves by as much as they differ
+        other = {key: value.flip(0) * 2 if value.is_floating_point() else value.flip(0) for key, value in plain.items()}
+        padded = {key: torch.cat([value, other[key]]) for key, value in plain.items()}
+        padded[MASK] = pad_rows(plain[MASK], 2 * rows)
+        problems = []
         for phase in algorithm.update_phases():
-            alone, with_padding = measured(phase, plain), measured(phase, padded)
-            names = [name for name, value in alone.items() if not torch.allclose(
-                torch.as_tensor(value, dtype=torch.float64), torch.as_tensor(with_padding[name], dtype=torch.float64),
-                rtol=1e-5, atol=1e-6, equal_nan=True)]
-            if names:
-                changed.append(f"{type(algorithm).__name__}.{phase.loss}: {', '.join(names)} change(s) when its "
-                               f"minibatch is padded with masked rows, as a population pads every seed's minibatches "
-                               f"to one shape: take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
-                               f"(algorithms/core.py)")
-        return changed
+            before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+            alone = measured(phase, plain)
+            after = torch.get_rng_state(), np.random.get_state()[1], random.getstate()
+            if not (torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]):
+                problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
+                                f"stream): a population's compiled loss draws none; draw them outside the loss, or "
+                                f"declare population_update = \"per_seed\" in the class (its own update, seed by "
+                                f"seed, in each seed's own streams)")
+                continue
+            with_padding = measured(phase, padded)
+            changed = [key for key, value in alone.items() if not torch.allclose(
+                torch.as_tensor(value, dtype=torch.float64), torch.as_tensor(with_padding[key], dtype=torch.float64),
+                rtol=1e-4, atol=1e-7, equal_nan=True)]
+            if changed:
+                problems.append(f"{name}.{phase.loss}: {', '.join(changed)} change(s) when its minibatch is padded "
+                                f"with masked rows, as a population pads every seed's minibatches to one shape: take "
+                                f"every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
+                                f"(algorithms/core.py)")
+        return problems
     except Exception:  # the run itself says what fails
         return []
+    finally:  # the check draws nothing a run would miss
+        torch.set_rng_state(streams[0])
+        np.random.set_state(streams[1])
+        random.setstate(streams[2])
 
 
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:

@@ -181,19 +181,44 @@ class PPOWithUnmaskedPenalty(PPOWithActionPenalty):
         return terms
 
 
-def test_a_loss_term_that_averages_over_the_padding_is_refused_in_one_line(monkeypatch):
-    """A mean taken with x.mean() instead of masked_mean: refused at config time, naming the term; the same term
-    with masked_mean, and every shipped preset, pass (tests/test_validation.py validates every shipped config)."""
+class PPOWithNoisyValues(PPO):
+    """A term that draws noise inside the loss (from torch's global stream)."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        from algorithms.core import masked_mean
+
+        terms = super().loss_terms(new, minibatch, stats)
+        terms["noise"] = 0.01 * masked_mean(torch.randn_like(new.values) * new.values, minibatch.get("mask"))
+        return terms
+
+
+@pytest.mark.parametrize("variant, message", [
+    (PPOWithUnmaskedPenalty, "PPOWithUnmaskedPenalty.loss_terms: term 'action_penalty' change(s) when its minibatch is "
+                             "padded with masked rows, as a population pads every seed's minibatches to one shape: "
+                             "take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
+                             "(algorithms/core.py)"),
+    (PPOWithNoisyValues, "PPOWithNoisyValues.loss_terms draws random numbers (from torch's, numpy's or Python's "
+                         "global stream): a population's compiled loss draws none; draw them outside the loss, or "
+                         "declare population_update = \"per_seed\" in the class (its own update, seed by seed, in "
+                         "each seed's own streams)"),
+])
+def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
+    """A mean taken with x.mean() instead of masked_mean (a population would average over its padding), or a term
+    that draws random numbers: refused at config time, naming what; the check leaves the global streams as they
+    were. The same penalty with masked_mean, the eager backend, and every shipped preset pass
+    (tests/test_validation.py validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
-    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithUnmaskedPenalty)
+    monkeypatch.setitem(ALGORITHMS, "ppo", variant)
     cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
+    torch.manual_seed(7)
     with pytest.raises(ConfigError) as error:
         validate_config(cfg)
-    assert str(error.value) == (
-        "algo.backend=compiled: PPOWithUnmaskedPenalty.loss_terms: term 'action_penalty' change(s) when its "
-        "minibatch is padded with masked rows, as a population pads every seed's minibatches to one shape: take "
-        "every mean over rows with masked_mean(x, minibatch.get(\"mask\")) (algorithms/core.py)")
+    assert str(error.value) == f"algo.backend=compiled: {message}"
+    drawn = torch.rand(3)
+    torch.manual_seed(7)
+    PPO(3, 2, False, cfg.algo, 1)  # what validation itself draws: one small instance of the algorithm
+    assert torch.equal(torch.rand(3), drawn)
     validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
     validate_config(cfg)
