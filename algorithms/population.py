@@ -710,7 +710,8 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     that draws random numbers from a global stream (inside the compiled program a draw is either refused mid-run
     or fixed when traced), or a term or statistic that changes when its minibatch gains padded rows (mask 0) as a
     population pads each seed's minibatches to one shape - a mean over rows taken without masked_mean,
-    which would train the population on the padding. Found on a small random rollout (from a generator of its
+    which would train the population on the padding - or a loss that writes into the algorithm object (run once
+    when the program is traced, not at every step). Found on a small random rollout (from a generator of its
     own) through the algorithm's own flatten_rollout and phases; a loss that fails on it is left to the run,
     which says why."""
     if algorithm.population_update != "vectorized":
@@ -733,6 +734,11 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         return {**{f"term {key!r}": value for key, value in terms.items()},
                 **{f"statistic {key!r}": value for key, value in stats.items()}}
 
+    def own_state() -> dict:
+        """The algorithm object's numbers, flags, strings and tensors, as values."""
+        return {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in vars(algorithm).items()
+                if isinstance(value, (bool, int, float, str, type(None), torch.Tensor))}
+
     streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
         batch = algorithm.flatten_rollout(rollout)
@@ -745,9 +751,19 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         padded[MASK] = pad_rows(plain[MASK], 2 * rows)
         problems = []
         for phase in algorithm.update_phases():
-            before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+            before, state = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()), own_state()
             alone = measured(phase, plain)
-            after = torch.get_rng_state(), np.random.get_state()[1], random.getstate()
+            after, state_after = (torch.get_rng_state(), np.random.get_state()[1], random.getstate()), own_state()
+            written = [key for key, value in state_after.items() if key not in state or not (
+                torch.equal(value, state[key]) if isinstance(value, torch.Tensor) and isinstance(state[key], torch.Tensor)
+                else value is state[key] or value == state[key])]
+            if written:
+                problems.append(f"{name}.{phase.loss} writes {', '.join('self.' + key for key in written)}: a "
+                                f"population's compiled loss is traced once, so what the loss writes into the "
+                                f"algorithm is not repeated at each step; keep such state out of the loss (after_epochs, "
+                                f"end_update) and give the loss a per-seed number through loss_inputs, or declare "
+                                f"population_update = \"per_seed\" in the class")
+                continue
             if not (torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]):
                 problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
                                 f"stream): a population's compiled loss draws none; draw them outside the loss, or "

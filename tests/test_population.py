@@ -192,7 +192,21 @@ class PPOWithNoisyValues(PPO):
         return terms
 
 
+class PPOWithAnnealedEntropy(PPO):
+    """Counts its loss evaluations to anneal the entropy bonus: state a compiled loss would write only once."""
+
+    calls = 0
+
+    def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        self.calls += 1
+        return super().entropy_term(new, minibatch, stats) / self.calls
+
+
 @pytest.mark.parametrize("variant, message", [
+    (PPOWithAnnealedEntropy, "PPOWithAnnealedEntropy.loss_terms writes self.calls: a population's compiled loss is "
+                             "traced once, so what the loss writes into the algorithm is not repeated at each step; "
+                             "keep such state out of the loss (after_epochs, end_update) and give the loss a per-seed "
+                             "number through loss_inputs, or declare population_update = \"per_seed\" in the class"),
     (PPOWithUnmaskedPenalty, "PPOWithUnmaskedPenalty.loss_terms: term 'action_penalty' change(s) when its minibatch is "
                              "padded with masked rows, as a population pads every seed's minibatches to one shape: "
                              "take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
@@ -203,9 +217,9 @@ class PPOWithNoisyValues(PPO):
                          "each seed's own streams)"),
 ])
 def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
-    """A mean taken with x.mean() instead of masked_mean (a population would average over its padding), or a term
-    that draws random numbers: refused at config time, naming what; the check leaves the global streams as they
-    were. The same penalty with masked_mean, the eager backend, and every shipped preset pass
+    """A loss that counts its calls in the algorithm object, a mean taken with x.mean() instead of masked_mean (a
+    population would average over its padding), or a term that draws random numbers: refused at config time,
+    naming what; the check leaves the global streams as they were. The same penalty with masked_mean, the eager backend, and every shipped preset pass
     (tests/test_validation.py validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
