@@ -742,6 +742,10 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
         batch = algorithm.flatten_rollout(rollout)
+        missing = [key for key in algorithm.loss_keys if key not in batch]
+        if missing:
+            return [f"{name}.loss_keys names {', '.join(map(repr, missing))}, which its flatten_rollout does not give "
+                    f"(it gives {', '.join(map(repr, batch))}): add the key to the batch flatten_rollout returns"]
         rows = len(batch["obs"])
         plain = {**{key: batch[key] for key in algorithm.loss_keys}, MASK: torch.ones(rows)}
         # padding rows that differ from the real ones (their values reversed and doubled), masked out: a term that
@@ -754,6 +758,12 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
             before, state = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()), own_state()
             alone = measured(phase, plain)
             after, state_after = (torch.get_rng_state(), np.random.get_state()[1], random.getstate()), own_state()
+            shaped = [f"{key} has shape {tuple(value.shape)}" for key, value in alone.items()
+                      if key.startswith("term") and torch.as_tensor(value).dim() != 0]
+            if shaped:
+                problems.append(f"{name}.{phase.loss}: {', '.join(shaped)}: each term is one number, summed into the "
+                                f"loss (a mean over the minibatch's rows: masked_mean(x, minibatch.get(\"mask\")))")
+                continue
             written = [key for key, value in state_after.items() if key not in state or not (
                 torch.equal(value, state[key]) if isinstance(value, torch.Tensor) and isinstance(state[key], torch.Tensor)
                 else value is state[key] or value == state[key])]

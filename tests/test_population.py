@@ -202,7 +202,28 @@ class PPOWithAnnealedEntropy(PPO):
         return super().entropy_term(new, minibatch, stats) / self.calls
 
 
+class PPOWithRowwisePenalty(PPOWithActionPenalty):
+    """The penalty left per row: no mean taken."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        terms = PPO.loss_terms(self, new, minibatch, stats)
+        terms["action_penalty"] = 0.1 * self.policy.actor(minibatch["obs"]).pow(2).sum(-1)
+        return terms
+
+
+class PPOReadingRawRewards(PPO):
+    """Names a loss key that the batch does not carry."""
+
+    loss_keys = PPO.loss_keys + ("raw_rewards",)
+
+
 @pytest.mark.parametrize("variant, message", [
+    (PPOReadingRawRewards, "PPOReadingRawRewards.loss_keys names 'raw_rewards', which its flatten_rollout does not "
+                           "give (it gives 'obs', 'actions', 'log_probs', 'values', 'advantages', 'returns'): add the "
+                           "key to the batch flatten_rollout returns"),
+    (PPOWithRowwisePenalty, "PPOWithRowwisePenalty.loss_terms: term 'action_penalty' has shape (8,): each term is one "
+                            "number, summed into the loss (a mean over the minibatch's rows: masked_mean(x, "
+                            "minibatch.get(\"mask\")))"),
     (PPOWithAnnealedEntropy, "PPOWithAnnealedEntropy.loss_terms writes self.calls: a population's compiled loss is "
                              "traced once, so what the loss writes into the algorithm is not repeated at each step; "
                              "keep such state out of the loss (after_epochs, end_update) and give the loss a per-seed "
@@ -217,10 +238,11 @@ class PPOWithAnnealedEntropy(PPO):
                          "each seed's own streams)"),
 ])
 def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
-    """A loss that counts its calls in the algorithm object, a mean taken with x.mean() instead of masked_mean (a
-    population would average over its padding), or a term that draws random numbers: refused at config time,
-    naming what; the check leaves the global streams as they were. The same penalty with masked_mean, the eager backend, and every shipped preset pass
-    (tests/test_validation.py validates every shipped config)."""
+    """A loss key the batch lacks, a term left per row, a loss that counts its calls in the algorithm object, a
+    mean taken with x.mean() instead of masked_mean (a population would average over its padding), or a term that
+    draws random numbers: refused at config time, naming what; the check leaves the global streams as they were.
+    The same penalty with masked_mean, the eager backend, and every shipped preset pass (tests/test_validation.py
+    validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
     monkeypatch.setitem(ALGORITHMS, "ppo", variant)
