@@ -706,14 +706,15 @@ def population_problems(algorithm) -> list[str]:
 
 
 def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
-    """What in a vectorized algorithm's loss a population would train differently from the eager path: a term
-    that draws random numbers from a global stream (inside the compiled program a draw is either refused mid-run
-    or fixed when traced), or a term or statistic that changes when its minibatch gains padded rows (mask 0) as a
-    population pads each seed's minibatches to one shape - a mean over rows taken without masked_mean,
-    which would train the population on the padding - or a loss that writes into the algorithm object (run once
-    when the program is traced, not at every step). Found on a small random rollout (from a generator of its
-    own) through the algorithm's own flatten_rollout and phases; a loss that fails on it is left to the run,
-    which says why."""
+    """What in a vectorized algorithm's loss a population would train differently from the eager path, or fail
+    on mid-run: a loss key its batch lacks; a term that is not one number; a loss that writes a number, flag,
+    string or tensor held on the algorithm object (the compiled program runs that Python once, when traced); a
+    loss that draws from torch's, numpy's or Python's global random stream (refused mid-run by the vmapped
+    program, or fixed when traced); a term or statistic that changes when its minibatch gains masked padding
+    rows, as a population pads each seed's minibatches to one shape - a mean over rows taken without masked_mean,
+    which would train the population on the padding. Found on a small random rollout (from a generator of its
+    own) through the algorithm's own flatten_rollout and phases; what fails on it is left to the run, which says
+    why. The global streams are left as they were."""
     if algorithm.population_update != "vectorized":
         return []
     import random
@@ -721,7 +722,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     from algorithms.core import Rollout
 
     generator = torch.Generator().manual_seed(0)
-    rollout = Rollout.allocate(4, 2, obs_dim, action_shape)
+    rollout = Rollout.allocate(4, 4, obs_dim, action_shape)  # 16 rows: 8 for the minibatch, 8 to pad it with
     for column in (rollout.obs, rollout.actions, rollout.values, rollout.rewards):
         column.normal_(generator=generator)
     rollout.log_probs.copy_(-torch.rand(rollout.log_probs.shape, generator=generator))
@@ -731,71 +732,83 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         stats: dict = {}
         with torch.no_grad():
             terms = getattr(algorithm, phase.loss)(getattr(algorithm, phase.evaluate)(minibatch), minibatch, stats)
+        numbers = {key: value for key, value in stats.items() if isinstance(value, (int, float, torch.Tensor))}
         return {**{f"term {key!r}": value for key, value in terms.items()},
-                **{f"statistic {key!r}": value for key, value in stats.items()}}
+                **{f"statistic {key!r}": value for key, value in numbers.items()}}
+
+    def same(a, b) -> bool:
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return a is b or a == b
 
     def own_state() -> dict:
         """The algorithm object's numbers, flags, strings and tensors, as values."""
-        return {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in vars(algorithm).items()
+        return {key: value.clone() if isinstance(value, torch.Tensor) else value
+                for key, value in vars(algorithm).items()
                 if isinstance(value, (bool, int, float, str, type(None), torch.Tensor))}
 
-    streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    def streams() -> tuple:
+        numpy_state = np.random.get_state()
+        return torch.get_rng_state(), numpy_state[1].copy(), numpy_state[2:], random.getstate()
+
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    problems = []
     try:
-        batch = algorithm.flatten_rollout(rollout)
+        # in float64, so that a term's rounding (8 rows against 16) stays far below the smallest term a blind mean
+        # moves (a penalty on the actor's head is ~1e-6 at initialisation), on a copy: the object stays as it was
+        algorithm = copy.deepcopy(algorithm)
+        algorithm.policy.double()
+        batch = {key: value.double() if value.is_floating_point() else value
+                 for key, value in algorithm.flatten_rollout(rollout).items()}
         missing = [key for key in algorithm.loss_keys if key not in batch]
         if missing:
             return [f"{name}.loss_keys names {', '.join(map(repr, missing))}, which its flatten_rollout does not give "
                     f"(it gives {', '.join(map(repr, batch))}): add the key to the batch flatten_rollout returns"]
-        rows = len(batch["obs"])
-        plain = {**{key: batch[key] for key in algorithm.loss_keys}, MASK: torch.ones(rows)}
-        # padding rows that differ from the real ones (their values reversed and doubled), masked out: a term that
-        # respects the mask cannot see them, one that does not moves by as much as they differ
-        other = {key: value.flip(0) * 2 if value.is_floating_point() else value.flip(0) for key, value in plain.items()}
-        padded = {key: torch.cat([value, other[key]]) for key, value in plain.items()}
-        padded[MASK] = pad_rows(plain[MASK], 2 * rows)
-        problems = []
+        rows = len(batch["obs"]) // 2
+        # the minibatch, and the same with rows of the same kind after it, masked out: a term that respects the mask
+        # cannot see them, one that does not moves by as much as they differ from the minibatch's own
+        ones = torch.ones(rows, dtype=torch.float64)
+        plain = {**{key: batch[key][:rows] for key in algorithm.loss_keys}, MASK: ones}
+        padded = {**{key: batch[key][:2 * rows] for key in algorithm.loss_keys}, MASK: pad_rows(ones, 2 * rows)}
         for phase in algorithm.update_phases():
-            before, state = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()), own_state()
+            before, state = streams(), own_state()
             alone = measured(phase, plain)
-            after, state_after = (torch.get_rng_state(), np.random.get_state()[1], random.getstate()), own_state()
+            after = streams()
             shaped = [f"{key} has shape {tuple(value.shape)}" for key, value in alone.items()
                       if key.startswith("term") and torch.as_tensor(value).dim() != 0]
+            written = [key for key, value in own_state().items() if key not in state or not same(value, state[key])]
             if shaped:
                 problems.append(f"{name}.{phase.loss}: {', '.join(shaped)}: each term is one number, summed into the "
                                 f"loss (a mean over the minibatch's rows: masked_mean(x, minibatch.get(\"mask\")))")
-                continue
-            written = [key for key, value in state_after.items() if key not in state or not (
-                torch.equal(value, state[key]) if isinstance(value, torch.Tensor) and isinstance(state[key], torch.Tensor)
-                else value is state[key] or value == state[key])]
-            if written:
+            elif written:
                 problems.append(f"{name}.{phase.loss} writes {', '.join('self.' + key for key in written)}: a "
                                 f"population's compiled loss is traced once, so what the loss writes into the "
-                                f"algorithm is not repeated at each step; keep such state out of the loss (after_epochs, "
-                                f"end_update) and give the loss a per-seed number through loss_inputs, or declare "
+                                f"algorithm is not repeated at each step; keep such state out of the loss "
+                                f"(after_epochs, end_update) and give the loss a per-seed number through loss_inputs, or declare "
                                 f"population_update = \"per_seed\" in the class")
-                continue
-            if not (torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]):
+            elif not all(same(torch.as_tensor(x) if isinstance(x, np.ndarray) else x,
+                              torch.as_tensor(y) if isinstance(y, np.ndarray) else y) for x, y in zip(before, after)):
                 problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
                                 f"stream): a population's compiled loss draws none; draw them outside the loss, or "
                                 f"declare population_update = \"per_seed\" in the class (its own update, seed by "
                                 f"seed, in each seed's own streams)")
-                continue
-            with_padding = measured(phase, padded)
-            changed = [key for key, value in alone.items() if not torch.allclose(
-                torch.as_tensor(value, dtype=torch.float64), torch.as_tensor(with_padding[key], dtype=torch.float64),
-                rtol=1e-4, atol=1e-7, equal_nan=True)]
-            if changed:
-                problems.append(f"{name}.{phase.loss}: {', '.join(changed)} change(s) when its minibatch is padded "
-                                f"with masked rows, as a population pads every seed's minibatches to one shape: take "
-                                f"every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
-                                f"(algorithms/core.py)")
+            else:
+                with_padding = measured(phase, padded)
+                changed = [key for key, value in alone.items() if not torch.allclose(
+                    torch.as_tensor(value, dtype=torch.float64),
+                    torch.as_tensor(with_padding[key], dtype=torch.float64), rtol=1e-7, atol=1e-12, equal_nan=True)]
+                if changed:
+                    problems.append(f"{name}.{phase.loss}: {', '.join(changed)} change(s) when its minibatch is padded "
+                                    f"with masked rows, as a population pads every seed's minibatches to one shape: "
+                                    f"take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
+                                    f"(algorithms/core.py)")
         return problems
-    except Exception:  # the run itself says what fails
-        return []
-    finally:  # the check draws nothing a run would miss
-        torch.set_rng_state(streams[0])
-        np.random.set_state(streams[1])
-        random.setstate(streams[2])
+    except Exception:  # what fails on the small rollout is left to the run, which says why
+        return problems
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
 
 
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:

@@ -191,5 +191,14 @@ def test_the_compiled_engines_env_layer_and_statistics_step_as_each_seeds_own_wr
         assert np.array_equal(normalized[on], expected_normalized[on]), t
         for run, obs in zip(own_statistics.runs, expected_normalized):
             run.obs = obs
+        if t % 100 == 99:  # what a checkpoint saves: the vector layers' counters and flags, as the wrappers keep them
+            lockstep.to_layers()
+            for ours, theirs in zip(lockstep.vector_envs, eager.vector_envs):
+                for kind, names in ((gym.wrappers.vector.RecordEpisodeStatistics,
+                                     ("episode_count", "episode_returns", "episode_lengths", "prev_dones")),
+                                    (gym.vector.SyncVectorEnv, ("_autoreset_envs",))):
+                    for name in names:
+                        assert np.array_equal(getattr(LockstepEnvs.layer(ours, kind), name),
+                                              getattr(LockstepEnvs.layer(theirs, kind), name)), (t, name)
         ends += int(ended.sum())
     assert ends >= min_ends

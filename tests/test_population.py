@@ -192,6 +192,19 @@ class PPOWithNoisyValues(PPO):
         return terms
 
 
+class PPOWithNumpyNoise(PPO):
+    """A term scaled by a draw from numpy's global stream (fixed at the draw the trace made, compiled)."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        import numpy as np
+
+        from algorithms.core import masked_mean
+
+        terms = super().loss_terms(new, minibatch, stats)
+        terms["noise"] = 0.01 * float(np.random.standard_normal()) * masked_mean(new.values, minibatch.get("mask"))
+        return terms
+
+
 class PPOWithAnnealedEntropy(PPO):
     """Counts its loss evaluations to anneal the entropy bonus: state a compiled loss would write only once."""
 
@@ -236,6 +249,10 @@ class PPOReadingRawRewards(PPO):
                          "global stream): a population's compiled loss draws none; draw them outside the loss, or "
                          "declare population_update = \"per_seed\" in the class (its own update, seed by seed, in "
                          "each seed's own streams)"),
+    (PPOWithNumpyNoise, "PPOWithNumpyNoise.loss_terms draws random numbers (from torch's, numpy's or Python's "
+                        "global stream): a population's compiled loss draws none; draw them outside the loss, or "
+                        "declare population_update = \"per_seed\" in the class (its own update, seed by seed, in "
+                        "each seed's own streams)"),
 ])
 def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
     """A loss key the batch lacks, a term left per row, a loss that counts its calls in the algorithm object, a
@@ -245,12 +262,20 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
     validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
+    import random
+
+    import numpy as np
+
     monkeypatch.setitem(ALGORITHMS, "ppo", variant)
     cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
     torch.manual_seed(7)
+    np.random.seed(7)
+    np.random.standard_normal(3)  # a stream already drawn from: a later draw moves its position, not its key
+    numpy_state, python_state = np.random.get_state(), random.getstate()
     with pytest.raises(ConfigError) as error:
         validate_config(cfg)
     assert str(error.value) == f"algo.backend=compiled: {message}"
+    assert np.random.get_state()[2] == numpy_state[2] and random.getstate() == python_state
     drawn = torch.rand(3)
     torch.manual_seed(7)
     PPO(3, 2, False, cfg.algo, 1)  # what validation itself draws: one small instance of the algorithm
