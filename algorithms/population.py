@@ -62,15 +62,14 @@ class LossModule(nn.Module):
         super().__init__()
         self.policy = algorithm.policy
         object.__setattr__(self, "algorithm", algorithm)  # not a module: kept out of the parameter tree
-        self.evaluate, self.loss, self.logs_loss = phase.evaluate, phase.loss, phase.logs_loss
+        self.phase = phase
 
     def forward(self, minibatch: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]):
         algorithm = self.algorithm
         with algorithm.bound_loss_inputs(inputs):
             stats: dict[str, torch.Tensor] = {}
-            terms = getattr(algorithm, self.loss)(getattr(algorithm, self.evaluate)(minibatch), minibatch, stats)
-            loss = sum_terms(terms)
-        return loss, ({**stats, "loss": loss.detach()} if self.logs_loss else stats)
+            loss = sum_terms(algorithm.phase_terms(self.phase, minibatch, stats))
+        return loss, ({**stats, "loss": loss.detach()} if self.phase.logs_loss else stats)
 
 
 def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -731,7 +730,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     def measured(phase, minibatch: dict) -> dict[str, torch.Tensor]:
         stats: dict = {}
         with torch.no_grad():
-            terms = getattr(algorithm, phase.loss)(getattr(algorithm, phase.evaluate)(minibatch), minibatch, stats)
+            terms = algorithm.phase_terms(phase, minibatch, stats)
         numbers = {key: value for key, value in stats.items() if isinstance(value, (int, float, torch.Tensor))}
         return {**{f"term {key!r}": value for key, value in terms.items()},
                 **{f"statistic {key!r}": value for key, value in numbers.items()}}
@@ -748,8 +747,9 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                 if isinstance(value, (bool, int, float, str, type(None), torch.Tensor))}
 
     def streams() -> tuple:
-        numpy_state = np.random.get_state()
-        return torch.get_rng_state(), numpy_state[1].copy(), numpy_state[2:], random.getstate()
+        """Torch's, numpy's and Python's global stream states, as values `same` compares."""
+        numpy_name, numpy_keys, *numpy_position = np.random.get_state()
+        return torch.get_rng_state(), torch.from_numpy(numpy_keys.copy()), tuple(numpy_position), random.getstate()
 
     saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     problems = []
@@ -786,8 +786,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                 f"algorithm is not repeated at each step; keep such state out of the loss "
                                 f"(after_epochs, end_update) and give the loss a per-seed number through loss_inputs, or declare "
                                 f"population_update = \"per_seed\" in the class")
-            elif not all(same(torch.as_tensor(x) if isinstance(x, np.ndarray) else x,
-                              torch.as_tensor(y) if isinstance(y, np.ndarray) else y) for x, y in zip(before, after)):
+            elif not all(same(x, y) for x, y in zip(before, after)):
                 problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
                                 f"stream): a population's compiled loss draws none; draw them outside the loss, or "
                                 f"declare population_update = \"per_seed\" in the class (its own update, seed by "

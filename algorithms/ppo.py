@@ -302,8 +302,7 @@ class PPO(Algorithm):
     def phase_step(self, phase: Phase, minibatch: Batch, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
         """One gradient step of a phase: its evaluation, its terms summed, backward, the clip, the optimizer's step."""
         stats: dict[str, torch.Tensor] = {}
-        terms = getattr(self, phase.loss)(getattr(self, phase.evaluate)(minibatch), minibatch, stats)
-        loss = sum_terms(terms)
+        loss = sum_terms(self.phase_terms(phase, minibatch, stats))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if phase.max_grad_norm is not None:  # PPO detail #11: one norm over every parameter the optimizer steps
@@ -312,6 +311,10 @@ class PPO(Algorithm):
         if phase.logs_loss:
             stats["loss"] = loss.detach()
         return in_log_order(stats)
+
+    def phase_terms(self, phase: Phase, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        """A phase's named loss terms on a minibatch: its evaluation, then its terms (each writing into stats)."""
+        return getattr(self, phase.loss)(getattr(self, phase.evaluate)(minibatch), minibatch, stats)
 
     def evaluate_minibatch(self, minibatch: Batch) -> Evaluation:
         """The current policy on the minibatch's stored actions: what every loss term reads."""
