@@ -418,6 +418,41 @@ def test_portable_numerics_pin_the_compiled_programs_vector_width(monkeypatch):
     assert inductor.cpp.simdlen == 256
 
 
+def test_the_vector_isa_probe_runs_once_per_machine_and_a_failed_one_is_never_recorded(monkeypatch, tmp_path):
+    import platform
+
+    import torch._inductor.config as inductor
+    from torch._inductor import cpu_vec_isa
+
+    from algorithms import population
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("inductor probes vector instruction sets by hand on x86-64 only")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    cpu_reports = cpu_vec_isa.x86_isa_checker()
+    reported = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in cpu_reports for f in str(isa).split())]
+    probes = []
+
+    def probe_proving(proved):
+        def probe():
+            probes.append(proved)
+            return proved
+        return probe
+
+    # a set the CPU reports failed its probe: nothing is recorded and inductor goes on probing every process
+    monkeypatch.setattr(inductor.cpp, "vec_isa_ok", None)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probe_proving(reported[1:]))
+    population.probe_vector_isas_once()
+    assert inductor.cpp.vec_isa_ok is None and not list(tmp_path.glob("vector_isas_proved_*"))
+    # every set passed: recorded, and a later process (vec_isa_ok unset again) reads the record without probing
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probe_proving(reported))
+    population.probe_vector_isas_once()
+    assert inductor.cpp.vec_isa_ok is True and len(list(tmp_path.glob("vector_isas_proved_*"))) == 1
+    monkeypatch.setattr(inductor.cpp, "vec_isa_ok", None)
+    population.probe_vector_isas_once()
+    assert inductor.cpp.vec_isa_ok is True and len(probes) == 2
+
+
 def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_recompile_raises(compiled):
     # What a program reads as a Python number is compiled in as a constant; inside a block the guards that would
     # notice a change are skipped after the first call, and the next block's first call checks them and raises
