@@ -122,39 +122,43 @@ def pin_code_generator() -> None:
 
 
 def probe_vector_isas_once() -> None:
-    """Inductor proves every vector instruction set the CPU reports (AVX2, AVX-512, ...) by compiling a probe and
-    loading it in a child Python, in every process: ~1 s before its first compile (half of a short run's start-up
-    when the compiled kernels come from the cache). The outcome depends on the CPU, the compiler and torch only, so
-    it is recorded beside inductor's cache once every reported set passed, and a later process reading the record
-    skips the probe (config.cpp.vec_isa_ok). The instruction set picked, and so every kernel, is the same.
-    On any other outcome (a set that failed, another platform) inductor probes as it always does."""
+    """Inductor proves each vector instruction set the CPU reports (AVX2, AVX-512) by compiling a probe and loading
+    it in a child Python, in every process: about 1 s before its first compile. The outcome depends on the CPU, the
+    compiler and torch, so once every reported set passed it is recorded beside inductor's cache, and a process
+    that finds the record skips those probes (config.cpp.vec_isa_ok; the checks of extra features such as VNNI,
+    AVX512-BF16 and AMX still run, a few tenths of a second: benchmarks/speed/startup.py measures both). The
+    instruction set picked, and so every kernel, is the one the probe passes. On any other outcome (a set that
+    failed, no compiler, another platform or torch) inductor probes as it always does."""
     import hashlib
     import json
     import platform
     import shutil
 
-    import torch._inductor.config as inductor
-    from torch._inductor import cpu_vec_isa
-    from torch._inductor.cpp_builder import get_cpp_compiler
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    if inductor.cpp.vec_isa_ok is not None or platform.machine() not in ("x86_64", "AMD64"):
-        return
     try:
+        import torch._inductor.config as inductor
+        from torch._inductor import cpu_vec_isa
+        from torch._inductor.cpp_builder import get_compiler_version_info, get_cpp_compiler
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        if inductor.cpp.vec_isa_ok is not None or platform.machine() not in ("x86_64", "AMD64"):
+            return
         cpu_reports = cpu_vec_isa.x86_isa_checker()
         reported = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
                     if all(flag in cpu_reports for flag in str(isa).split())]
-        compiler = os.path.realpath(shutil.which(get_cpp_compiler()) or "")
-        facts = [torch.__version__, compiler, os.stat(compiler).st_mtime_ns, reported]
+        found = shutil.which(get_cpp_compiler())
+        if found is None or not reported:
+            return
+        compiler = os.path.realpath(found)
+        facts = [torch.__version__, compiler, os.stat(compiler).st_mtime_ns, get_compiler_version_info(compiler),
+                 reported]
         key = hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
         record = os.path.join(cache_dir(), f"vector_isas_proved_{key}")
         if not os.path.exists(record):
             if [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] != reported:  # the probe itself
                 return
-            os.makedirs(cache_dir(), exist_ok=True)
             with open(record, "w") as file:
                 json.dump(facts, file)
-    except (OSError, RuntimeError, AttributeError, ImportError):  # no compiler found, a cache not writable, another torch
+    except (OSError, RuntimeError, AttributeError, ImportError):  # a cache not writable, a compiler not runnable
         return
     # set whether the record was just written or read: inductor's cache keys include it, so every process shares them
     inductor.cpp.vec_isa_ok = True
