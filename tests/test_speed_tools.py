@@ -101,3 +101,14 @@ def test_update_split_parts_add_up_to_the_update_and_leave_the_functions_as_they
     update_split_main(["--env", "CartPole", "--seeds", "2", "--steps", "1024"])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "%" in line]
     assert len(rows) == 4 and abs(sum(float(row.split("|")[3].strip(" %")) for row in rows) - 100) < 0.5
+
+
+def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was(compiled):
+    from algorithms import population
+    from benchmarks.speed.startup import first_calls
+
+    before = (population.CompiledOnce.__call__, population.CompiledOnce.inductor)
+    timings = first_calls("CartPole", 512)
+    assert (population.CompiledOnce.__call__, population.CompiledOnce.inductor) == before
+    assert timings.keys() == {"act", "value", "update step"}
+    assert all(0 < backend < first_call for first_call, backend in timings.values())

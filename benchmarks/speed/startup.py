@@ -1,0 +1,131 @@
+"""Where a short run's start-up goes, with the compile cache warm: whole processes of one iteration, and the
+compiled programs' first calls split into dynamo's tracing and the backend.
+
+    python -m benchmarks.speed.startup --env CartPole --repeats 3
+    python -m benchmarks.speed.startup --env HalfCheetah --repeats 3 --out results/tables/startup.md
+
+Whole processes (`python run.py env=<env> total_steps=<one rollout>`, no TensorBoard, checkpoint or evaluation
+but the final one), each --repeats times in turn, medians:
+- `imports`: a process that imports what run.py imports (torch, Hydra, the engine) and exits;
+- `eager run`: algo.backend=torch;
+- `compiled run`: the default engine;
+- `compiled run, ISA probe`: the same after removing the engine's record of inductor's vector-ISA probe
+  (algorithms/population.py, probe_vector_isas_once), so that the run probes again, and records again.
+Then, in this process, a population of one is trained twice (the second is what a sweep's next job or a test
+pays, the process already warm): each compiled program's first call, and the part of it spent in the backend
+(inductor, loading the kernels from its cache); the rest of a first call is dynamo tracing the Python code.
+A cold cache (a fresh machine, another torch) compiles for 10-30 s instead: run the tool twice and keep the second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.arguments import conf_name, number_in
+from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = {"act_one_seed": "act", "value_one_seed": "value", "one_seed": "update step"}
+
+
+def process_seconds(command: list[str], environment: dict) -> float:
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True)
+    if result.returncode != 0:  # the run's own last line says why
+        raise SystemExit(f"error: {' '.join(command[1:3])}: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return time.perf_counter() - started
+
+
+def remove_isa_records() -> None:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    for record in Path(cache_dir()).glob("vector_isas_proved_*"):
+        record.unlink()
+
+
+def first_calls(env: str, steps: int) -> dict[str, tuple[float, float]]:
+    """Train a population of one in this process: each program's (first call, backend part) in seconds."""
+    from algorithms import population
+    from benchmarks.engine.trainer import train
+
+    timings, original_call, original_backend = {}, population.CompiledOnce.__call__, population.CompiledOnce.inductor
+
+    def backend(program, graph, example_inputs):
+        started = time.perf_counter()
+        try:
+            return original_backend(program, graph, example_inputs)
+        finally:
+            program.backend_seconds = getattr(program, "backend_seconds", 0.0) + time.perf_counter() - started
+
+    def call(program, *args):
+        if program.called:
+            return original_call(program, *args)
+        started = time.perf_counter()
+        result = original_call(program, *args)
+        name = PROGRAMS.get(getattr(program.fn, "__name__", ""), getattr(program.fn, "__name__", "program"))
+        timings.setdefault(name, (time.perf_counter() - started, getattr(program, "backend_seconds", 0.0)))
+        return result
+
+    population.CompiledOnce.__call__, population.CompiledOnce.inductor = call, backend
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            train(benchmark_config(env, "ppo", [], steps, "compiled", recipe=False), Path(run_dir))
+    finally:
+        population.CompiledOnce.__call__, population.CompiledOnce.inductor = original_call, original_backend
+    return timings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole", type=conf_name("env"))
+    parser.add_argument("--repeats", type=number_in(1, integer=True), default=3)
+    args, started, load_before = parse_timing_args(parser, argv)
+    os.environ["POPULATION_COMPILE"] = "1"  # the compiled engine, whatever the shell asked
+    cfg = benchmark_config(args.env, "ppo", [], 1, "compiled", recipe=False)
+    steps = cfg.env.num_envs * cfg.env.num_steps  # one iteration
+    run = [sys.executable, str(ROOT / "run.py"), f"env={args.env}", f"total_steps={steps}", "eval.at_start=false",
+           "eval.episodes=1", "logging.tensorboard=false", "logging.checkpoint=false", "logging.progress_bar=false"]
+    environment = dict(os.environ)
+    seconds: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = {
+            "imports": lambda: process_seconds([sys.executable, "-c", "import run"], environment),
+            "eager run": lambda: process_seconds([*run, "algo.backend=torch", f"hydra.run.dir={tmp}/{time.time_ns()}"],
+                                                 environment),
+            "compiled run": lambda: process_seconds([*run, f"hydra.run.dir={tmp}/{time.time_ns()}"], environment),
+            "compiled run, ISA probe": lambda: (remove_isa_records(), process_seconds(
+                [*run, f"hydra.run.dir={tmp}/{time.time_ns()}"], environment))[1],
+        }
+        process_seconds([*run, f"hydra.run.dir={tmp}/warm-up"], environment)  # the cache (and the ISA record) warm
+        for _ in range(args.repeats):
+            for case, measure in cases.items():
+                seconds.setdefault(case, []).append(measure())
+    rows = [{"what": case, "seconds": round(statistics.median(values), 2)} for case, values in seconds.items()]
+    first_calls(args.env, steps)  # the process's one-off costs (imports of the compiler, its first kernels loaded)
+    for name, (first_call, backend) in first_calls(args.env, steps).items():
+        rows.append({"what": f"{name}: first call, population of one, warm process", "seconds": round(first_call, 2)})
+        rows.append({"what": f"{name}: of it in the backend (the rest: dynamo tracing)", "seconds": round(backend, 2)})
+    table = print_table(rows, f"{args.env}, one iteration of {steps} env steps, the tuned defaults, medians of "
+                              f"{args.repeats} (processes); one run each (first calls)")
+    if args.out:
+        write_timing_table(args.out, f"Start-up of a run ({args.env})", __spec__.name, argv, started, load_before, None,
+                           "Compile cache warm. `imports`: a process importing run.py's modules; `eager run` / "
+                           "`compiled run`: `python run.py env=<env> total_steps=<one iteration>` with "
+                           "algo.backend=torch / the default engine, the whole process; `compiled run, ISA probe`: "
+                           "the same with the engine's record of inductor's vector-ISA probe removed first (the run "
+                           "probes, and records again). Then a population of one trained twice in one process: the "
+                           "second's first call of each compiled program, and the part of it in the backend "
+                           "(inductor, its kernels loaded from the cache); the rest of it is dynamo tracing the "
+                           "Python code.", table,
+                           kernels_of_this_process=False)
+
+
+if __name__ == "__main__":
+    main()
