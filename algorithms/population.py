@@ -458,7 +458,6 @@ class PopulationBatch:
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated on the first
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
-        self.valuing = CompiledOnce(torch.func.vmap(self.value_one_seed, randomness="error"), self.mode)
         if self.vectorized:
             refuse_other_optimizers(algorithms)
             self.phases = first.update_phases()  # PPO: one; Outer-PPO's full-batch inner loop: two
@@ -473,37 +472,39 @@ class PopulationBatch:
 
     def unchecked_calls(self) -> UncheckedCalls:
         """A block (a rollout, an update) in which each compiled program checks its guards on its first call only."""
-        return UncheckedCalls([self.acting, self.valuing] + ([step.step for step in self.steps] if self.vectorized else []))
+        return UncheckedCalls([self.acting] + ([step.step for step in self.steps] if self.vectorized else []))
 
     # -- acting -----------------------------------------------------------------
 
     def act_one_seed(self, flat: torch.Tensor, obs: torch.Tensor, draws: torch.Tensor):
         return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat), (obs, draws))
 
-    def value_one_seed(self, flat: torch.Tensor, obs: torch.Tensor):
-        critic = {name.removeprefix("critic."): value for name, value in self.layout.unflatten(flat).items()
-                  if name.startswith("critic.")}
-        return torch.func.functional_call(self.policies[0].critic, critic, (obs,)).squeeze(-1)
+    def noise(self, num_envs: int) -> torch.Tensor:
+        """The act program's draws [seeds, envs, width], allocated once per env count: one shape, one program."""
+        if self.draws is None or self.draws.shape[1] != num_envs:
+            width = self.policies[0].actor.layers[-1].out_features
+            self.draws = torch.zeros(len(self), num_envs, width)
+            self.slabs = list(zip(self.draws, self.randoms))
+        return self.draws
 
     def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs). A stopped
         seed (active False) acts too, harmlessly: its parameters are frozen and its envs are not stepped."""
-        if self.draws is None or self.draws.shape[1] != obs.shape[1]:
-            width = self.policies[0].actor.layers[-1].out_features
-            self.draws = torch.empty(len(self), obs.shape[1], width)  # refilled every call: one shape, one program
-            self.slabs = list(zip(self.draws, self.randoms))
-        for slab, randoms in self.slabs:  # each seed's draws from its own generator
+        draws = self.noise(obs.shape[1])
+        for slab, randoms in self.slabs:  # each seed's draws from its own generator, refilled every call
             if self.discrete:
                 slab.exponential_(1, generator=randoms.torch)
             else:
                 slab.normal_(generator=randoms.torch)
         with torch.no_grad():
-            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), self.draws)
+            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), draws)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
+        """V(obs) of every seed (the bootstrap after a rollout): the act program's value output, on draws left as
+        they were (no stream moves; the action it also computes is not used), so that one program serves both."""
         with torch.no_grad():
-            return self.valuing(self.params, torch.from_numpy(obs)).numpy()
+            return self.acting(self.params, torch.from_numpy(obs), self.noise(obs.shape[1]))[2].numpy()
 
     # -- learning -----------------------------------------------------------------
 

@@ -595,6 +595,30 @@ def test_a_stopped_hp3o_seed_takes_no_step_and_stops_nothing_else(eager):
     assert all(torch.equal(a, b) for a, b in zip(before, members[1].policy.parameters()))
 
 
+def test_the_bootstrap_value_is_each_seeds_critic_and_moves_no_stream(compiled):
+    # The act program computes V(obs) beside the action; the bootstrap after a rollout reads it from there, on the
+    # last act call's draws (or zeros before any), drawing nothing.
+    import numpy as np
+
+    from benchmarks.engine.batch_trainer import RandomState
+
+    cfg = compose_config(["algo=ppo", "env=HalfCheetah"])
+    torch.manual_seed(0)
+    members = [ALGORITHMS["ppo"](17, 6, False, cfg.algo, 10) for _ in range(3)]
+    randoms = [RandomState() for _ in members]
+    population = PopulationBatch(members, randoms)
+    obs = np.random.default_rng(0).normal(size=(3, 2, 17)).astype(np.float32)
+    for acted_before in (False, True):
+        if acted_before:
+            population.act(obs, np.ones(3, dtype=bool))
+        streams = [seed.torch.get_state() for seed in randoms]
+        values = population.value(obs)
+        assert all(torch.equal(before, seed.torch.get_state()) for before, seed in zip(streams, randoms))
+        for index, member in enumerate(members):  # compiled against eager: equal up to rounding
+            expected = member.policy.value(torch.from_numpy(obs[index])).detach()
+            torch.testing.assert_close(torch.from_numpy(values[index]), expected, rtol=1e-5, atol=1e-6)
+
+
 class PPOUnclipped(PPO):
     """Declares its one phase without the gradient clip: eager and population runs must both honour it."""
 

@@ -32,7 +32,7 @@ from benchmarks.arguments import conf_name, number_in
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = {"act_one_seed": "act", "value_one_seed": "value", "one_seed": "update step"}
+PROGRAMS = {"act_one_seed": "act (and the bootstrap value)", "one_seed": "update step"}
 
 
 def process_seconds(command: list[str], environment: dict) -> float:
