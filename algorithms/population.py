@@ -126,7 +126,7 @@ def probe_vector_isas_once() -> None:
     it in a child Python, in every process: about 1 s before its first compile. The outcome depends on the CPU, the
     compiler and torch, so once every reported set passed it is recorded beside inductor's cache, and a process
     that finds the record skips those probes (config.cpp.vec_isa_ok; the checks of extra features such as VNNI,
-    AVX512-BF16 and AMX still run, a few tenths of a second: benchmarks/speed/startup.py measures both). The
+    AVX512-BF16 and AMX still run, a few tenths of a second; benchmarks/speed/startup.py measures the saving). The
     instruction set picked, and so every kernel, is the one the probe passes. On any other outcome (a set that
     failed, no compiler, another platform or torch) inductor probes as it always does."""
     import hashlib
@@ -455,7 +455,7 @@ class PopulationBatch:
             torch._dynamo.reset()
             torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
-        self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated on the first
+        self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         if self.vectorized:
@@ -480,7 +480,8 @@ class PopulationBatch:
         return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat), (obs, draws))
 
     def noise(self, num_envs: int) -> torch.Tensor:
-        """The act program's draws [seeds, envs, width], allocated once per env count: one shape, one program."""
+        """The act program's draws [seeds, envs, width], allocated on the first act or value call (the program is
+        compiled for one env count: another raises)."""
         if self.draws is None or self.draws.shape[1] != num_envs:
             width = self.policies[0].actor.layers[-1].out_features
             self.draws = torch.zeros(len(self), num_envs, width)

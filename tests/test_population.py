@@ -595,28 +595,32 @@ def test_a_stopped_hp3o_seed_takes_no_step_and_stops_nothing_else(eager):
     assert all(torch.equal(a, b) for a, b in zip(before, members[1].policy.parameters()))
 
 
-def test_the_bootstrap_value_is_each_seeds_critic_and_moves_no_stream(compiled):
-    # The act program computes V(obs) beside the action; the bootstrap after a rollout reads it from there, on the
-    # last act call's draws (or zeros before any), drawing nothing.
+@pytest.mark.parametrize("env, obs_dim, action_dim, discrete", [("HalfCheetah", 17, 6, False), ("CartPole", 4, 2, True)])
+def test_the_bootstrap_value_is_each_seeds_critic_and_moves_no_stream(env, obs_dim, action_dim, discrete, compiled):
+    # The act program computes V(obs) beside the action; the bootstrap after a rollout (inside the rollout's block
+    # of unchecked calls) reads it from there, on the draws the last act call left, drawing nothing.
     import numpy as np
 
     from benchmarks.engine.batch_trainer import RandomState
 
-    cfg = compose_config(["algo=ppo", "env=HalfCheetah"])
+    cfg = compose_config(["algo=ppo", f"env={env}"])
     torch.manual_seed(0)
-    members = [ALGORITHMS["ppo"](17, 6, False, cfg.algo, 10) for _ in range(3)]
+    members = [ALGORITHMS["ppo"](obs_dim, action_dim, discrete, cfg.algo, 10) for _ in range(3)]
     randoms = [RandomState() for _ in members]
     population = PopulationBatch(members, randoms)
-    obs = np.random.default_rng(0).normal(size=(3, 2, 17)).astype(np.float32)
-    for acted_before in (False, True):
-        if acted_before:
-            population.act(obs, np.ones(3, dtype=bool))
-        streams = [seed.torch.get_state() for seed in randoms]
+    assert population.unchecked_calls().programs == [population.acting, population.steps[0].step]  # no other
+    obs = np.random.default_rng(0).normal(size=(3, 2, obs_dim)).astype(np.float32)
+    with population.unchecked_calls():
+        population.act(obs, np.ones(3, dtype=bool))
+        _, _, acted_value = population.act(obs, np.ones(3, dtype=bool))
+        draws, streams = population.draws, [seed.torch.get_state() for seed in randoms]
         values = population.value(obs)
-        assert all(torch.equal(before, seed.torch.get_state()) for before, seed in zip(streams, randoms))
-        for index, member in enumerate(members):  # compiled against eager: equal up to rounding
-            expected = member.policy.value(torch.from_numpy(obs[index])).detach()
-            torch.testing.assert_close(torch.from_numpy(values[index]), expected, rtol=1e-5, atol=1e-6)
+    assert population.draws is draws and all(torch.equal(before, seed.torch.get_state())
+                                             for before, seed in zip(streams, randoms))
+    np.testing.assert_array_equal(values, acted_value)  # the same program, the same numbers
+    for index, member in enumerate(members):  # each seed's own critic, eager: equal up to rounding
+        expected = member.policy.value(torch.from_numpy(obs[index])).detach()
+        torch.testing.assert_close(torch.from_numpy(values[index]), expected, rtol=1e-5, atol=1e-6)
 
 
 class PPOUnclipped(PPO):

@@ -103,8 +103,9 @@ def test_update_split_parts_add_up_to_the_update_and_leave_the_functions_as_they
     assert len(rows) == 4 and abs(sum(float(row.split("|")[3].strip(" %")) for row in rows) - 100) < 0.5
 
 
-def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was(compiled):
+def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was(compiled, monkeypatch):
     from algorithms import population
+    from benchmarks.engine import trainer
     from benchmarks.speed.startup import first_calls
 
     before = (population.CompiledOnce.__call__, population.CompiledOnce.inductor)
@@ -112,3 +113,11 @@ def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was
     assert (population.CompiledOnce.__call__, population.CompiledOnce.inductor) == before
     assert timings.keys() == {"act (and the bootstrap value)", "update step"}
     assert all(0 < backend < first_call for first_call, backend in timings.values())
+
+    def failing_run(*args):
+        raise RuntimeError("the run failed")
+
+    monkeypatch.setattr(trainer, "train", failing_run)
+    with pytest.raises(RuntimeError, match="the run failed"):
+        first_calls("CartPole", 512)
+    assert (population.CompiledOnce.__call__, population.CompiledOnce.inductor) == before

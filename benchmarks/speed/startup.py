@@ -1,20 +1,20 @@
 """Where a short run's start-up goes, with the compile cache warm: whole processes of one iteration, and the
-compiled programs' first calls split into dynamo's tracing and the backend.
+compiled programs' first calls split into the backend and the rest.
 
     python -m benchmarks.speed.startup --env CartPole --repeats 3
     python -m benchmarks.speed.startup --env HalfCheetah --repeats 3 --out results/tables/startup.md
 
-Whole processes (`python run.py env=<env> total_steps=<one rollout>`, no TensorBoard, checkpoint or evaluation
-but the final one), each --repeats times in turn, medians:
-- `imports`: a process that imports what run.py imports (torch, Hydra, the engine) and exits;
-- `eager run`: algo.backend=torch;
-- `compiled run`: the default engine;
+Whole processes, each --repeats times in turn, medians:
+- `imports`: a process that imports run.py and the engine it trains with (torch, Hydra, Gymnasium) and exits;
+- `eager run`: `python run.py env=<env> total_steps=<one iteration>` with algo.backend=torch, no TensorBoard,
+  checkpoint or evaluation but the final one;
+- `compiled run`: the same on the default engine;
 - `compiled run, ISA probe`: the same after removing the engine's record of inductor's vector-ISA probe
   (algorithms/population.py, probe_vector_isas_once), so that the run probes again, and records again.
-Then, in this process, a population of one is trained twice (the second is what a sweep's next job or a test
-pays, the process already warm): each compiled program's first call, and the part of it spent in the backend
-(inductor, loading the kernels from its cache); the rest of a first call is dynamo tracing the Python code.
-A cold cache (a fresh machine, another torch) compiles for 10-30 s instead: run the tool twice and keep the second.
+Then, in this process, a population of one trained twice: each compiled program's first call in a fresh process
+(what every run pays, with the compiler's one-off imports and checks) and in a warm one (what a sweep's next job
+in the same worker, or a test, pays), and the part of it inside the backend (inductor, its kernels loaded from
+the cache); the rest is dynamo (tracing the Python, building guards) and the call itself.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from benchmarks.arguments import conf_name, number_in
 from benchmarks.speed.throughput import benchmark_config, parse_timing_args, print_table, write_timing_table
 
 ROOT = Path(__file__).resolve().parents[2]
+IMPORTS = "import run, gymnasium, benchmarks.engine.trainer, benchmarks.engine.batch_trainer"  # run.py's, and main()'s
 PROGRAMS = {"act_one_seed": "act (and the bootstrap value)", "one_seed": "update step"}
 
 
@@ -69,7 +70,8 @@ def first_calls(env: str, steps: int) -> dict[str, tuple[float, float]]:
             return original_call(program, *args)
         started = time.perf_counter()
         result = original_call(program, *args)
-        name = PROGRAMS.get(getattr(program.fn, "__name__", ""), getattr(program.fn, "__name__", "program"))
+        name = getattr(program.fn, "__name__", "program")
+        name = PROGRAMS.get(name, name)
         timings.setdefault(name, (time.perf_counter() - started, getattr(program, "backend_seconds", 0.0)))
         return result
 
@@ -95,35 +97,32 @@ def main(argv: list[str] | None = None) -> None:
     environment = dict(os.environ)
     seconds: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        def training(*overrides: str) -> float:
+            return process_seconds([*run, *overrides, f"hydra.run.dir={tmp}/{time.time_ns()}"], environment)
+
         cases = {
-            "imports": lambda: process_seconds([sys.executable, "-c", "import run"], environment),
-            "eager run": lambda: process_seconds([*run, "algo.backend=torch", f"hydra.run.dir={tmp}/{time.time_ns()}"],
-                                                 environment),
-            "compiled run": lambda: process_seconds([*run, f"hydra.run.dir={tmp}/{time.time_ns()}"], environment),
-            "compiled run, ISA probe": lambda: (remove_isa_records(), process_seconds(
-                [*run, f"hydra.run.dir={tmp}/{time.time_ns()}"], environment))[1],
+            "imports": lambda: process_seconds([sys.executable, "-c", IMPORTS], environment),
+            "eager run": lambda: training("algo.backend=torch"),
+            "compiled run": training,
+            "compiled run, ISA probe": lambda: (remove_isa_records(), training())[1],
         }
-        process_seconds([*run, f"hydra.run.dir={tmp}/warm-up"], environment)  # the cache (and the ISA record) warm
+        training()  # the cache (and the ISA record) warm
         for _ in range(args.repeats):
             for case, measure in cases.items():
                 seconds.setdefault(case, []).append(measure())
     rows = [{"what": case, "seconds": round(statistics.median(values), 2)} for case, values in seconds.items()]
-    first_calls(args.env, steps)  # the process's one-off costs (imports of the compiler, its first kernels loaded)
-    for name, (first_call, backend) in first_calls(args.env, steps).items():
-        rows.append({"what": f"{name}: first call, population of one, warm process", "seconds": round(first_call, 2)})
-        rows.append({"what": f"{name}: of it in the backend (the rest: dynamo tracing)", "seconds": round(backend, 2)})
+    for process, timings in (("fresh", first_calls(args.env, steps)), ("warm", first_calls(args.env, steps))):
+        for name, (first_call, backend) in timings.items():
+            rows.append({"what": f"{name}: first call, {process} process", "seconds": round(first_call, 2)})
+            rows.append({"what": f"{name}: of it in the backend", "seconds": round(backend, 2)})
     table = print_table(rows, f"{args.env}, one iteration of {steps} env steps, the tuned defaults, medians of "
                               f"{args.repeats} (processes); one run each (first calls)")
     if args.out:
         write_timing_table(args.out, f"Start-up of a run ({args.env})", __spec__.name, argv, started, load_before, None,
-                           "Compile cache warm. `imports`: a process importing run.py's modules; `eager run` / "
-                           "`compiled run`: `python run.py env=<env> total_steps=<one iteration>` with "
-                           "algo.backend=torch / the default engine, the whole process; `compiled run, ISA probe`: "
-                           "the same with the engine's record of inductor's vector-ISA probe removed first (the run "
-                           "probes, and records again). Then a population of one trained twice in one process: the "
-                           "second's first call of each compiled program, and the part of it in the backend "
-                           "(inductor, its kernels loaded from the cache); the rest of it is dynamo tracing the "
-                           "Python code.", table,
+                           "Compile cache warm; the rows as benchmarks/speed/startup.py's docstring says: whole "
+                           "processes (medians), then each compiled program's first call in a fresh and in a warm "
+                           "process (one run each) and the part of it inside inductor's backend (the rest: dynamo "
+                           "and the call itself).", table,
                            kernels_of_this_process=False)
 
 
