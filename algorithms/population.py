@@ -121,6 +121,9 @@ def pin_code_generator() -> None:
         inductor.cpp.simdlen = 256
 
 
+ISA_RECORD_PREFIX = "vector_isas_proved_"  # the record's file name in inductor's cache, before its key
+
+
 def probe_vector_isas_once() -> None:
     """Inductor proves each vector instruction set the CPU reports (AVX2, AVX-512) by compiling a probe and loading
     it in a child Python, in every process: about 1 s before its first compile. The outcome depends on the CPU, the
@@ -152,7 +155,7 @@ def probe_vector_isas_once() -> None:
         facts = [torch.__version__, compiler, os.stat(compiler).st_mtime_ns, get_compiler_version_info(compiler),
                  reported]
         key = hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
-        record = os.path.join(cache_dir(), f"vector_isas_proved_{key}")
+        record = os.path.join(cache_dir(), ISA_RECORD_PREFIX + key)
         if not os.path.exists(record):
             if [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] != reported:  # the probe itself
                 return

@@ -47,7 +47,9 @@ def process_seconds(command: list[str], environment: dict) -> float:
 def remove_isa_records() -> None:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    for record in Path(cache_dir()).glob("vector_isas_proved_*"):
+    from algorithms.population import ISA_RECORD_PREFIX
+
+    for record in Path(cache_dir()).glob(ISA_RECORD_PREFIX + "*"):
         record.unlink()
 
 
