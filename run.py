@@ -78,6 +78,7 @@ def main(cfg: DictConfig) -> float | None:
     note_task_override(cfg)
 
     # heavy imports only after the config is known good
+    from algorithms.population import LossReadError
     from benchmarks.engine.checkpoint import CheckpointError
     from benchmarks.engine.run_dir import RunLockedError
     from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted, train
@@ -123,7 +124,8 @@ def main(cfg: DictConfig) -> float | None:
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
-        expected = isinstance(error, (NonFiniteError, CheckpointError, DiskFullError, gymnasium.error.Error))
+        expected = isinstance(error, (NonFiniteError, CheckpointError, DiskFullError, LossReadError,
+                                      gymnasium.error.Error))
         if not multirun:
             if expected:  # one line, no traceback: the message says what happened and where
                 print(f"error: {run_dir}: {error}", file=sys.stderr)
@@ -159,6 +161,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
     import gymnasium
 
+    from algorithms.population import LossReadError
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
     from benchmarks.engine.checkpoint import CheckpointError
     from benchmarks.engine.run_dir import RunLockedError
@@ -187,7 +190,8 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         except RunLockedError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
-        except (NonFiniteError, CheckpointError, DiskFullError, OSError, gymnasium.error.Error) as caught:
+        except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
+                gymnasium.error.Error) as caught:
             error = disk_full(caught) or caught
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise

@@ -337,6 +337,32 @@ class PopulationStep:
         self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
                                  self.mode)
         self.lr, self.lr_tensor = None, None
+        self.reads: list[str] | None = None  # the object's own values its loss reads, found at the first update
+
+    def refuse_stale_reads(self, algorithms: list, active: list[bool], batch: dict) -> None:
+        """The program runs the loss on the object it was built from (a copy of seed 0's, made with the
+        population): a number, flag, string or tensor of the object that the loss reads, other than its loss_inputs,
+        must be what every running seed holds at this update, or every seed would train on the copy's value without
+        a word (a coefficient the algorithm anneals, a value that differs between seeds). Raises LossReadError
+        naming the first that differs."""
+        held_by_program = self.module.algorithm
+        if self.reads is None:
+            given = set(held_by_program.loss_inputs())
+            reader = next(algorithm for algorithm, on in zip(algorithms, active) if on)
+            self.reads = [name for name in attributes_the_loss_reads(reader, self.module.phase, batch)
+                          if name not in given]
+        for name in self.reads:
+            held = getattr(held_by_program, name, MISSING)
+            for index, (algorithm, on) in enumerate(zip(algorithms, active)):
+                value = getattr(algorithm, name, MISSING)
+                if on and not same_value(value, held):
+                    raise LossReadError(
+                        f"{type(algorithm).__name__}'s loss ({self.module.phase.loss}) reads self.{name}, which seed "
+                        f"{index} of the population holds as {described(value)} where the population's program "
+                        f"reads {described(held)} (seed 0's when the population was built): a value the loss reads "
+                        f"that changes during training or differs between seeds goes to the loss through "
+                        f"loss_inputs (each seed's own, at every update); or declare population_update = "
+                        f"\"per_seed\" in the class")
 
     def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
                  inputs: dict):
@@ -540,6 +566,9 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
                   for name in lead.loss_inputs()}
+        reading = next(batch for batch, on in zip(batches, active) if on)
+        for step in self.steps:
+            step.refuse_stale_reads(algorithms, active, reading)
         rollout_size = rollouts[0].num_steps * rollouts[0].num_envs
         phase_means, trained_on = [], None
         for phase, step in zip(self.phases, self.steps):
@@ -784,25 +813,19 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         return {**{f"term {key!r}": value for key, value in terms.items()},
                 **{f"statistic {key!r}": value for key, value in numbers.items()}}
 
-    def same(a, b) -> bool:
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
-        return a is b or a == b
-
     def own_state() -> dict:
         """The algorithm object's numbers, flags, strings and tensors, as values."""
         return {key: value.clone() if isinstance(value, torch.Tensor) else value
-                for key, value in vars(algorithm).items()
-                if isinstance(value, (bool, int, float, str, type(None), torch.Tensor))}
+                for key, value in vars(algorithm).items() if isinstance(value, OWN_VALUE_TYPES)}
 
     def streams() -> tuple:
-        """Torch's, numpy's and Python's global stream states, as values `same` compares."""
+        """Torch's, numpy's and Python's global stream states, as values `same_value` compares."""
         numpy_name, numpy_keys, *numpy_position = np.random.get_state()
         return torch.get_rng_state(), torch.from_numpy(numpy_keys.copy()), tuple(numpy_position), random.getstate()
 
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     problems = []
-    try:
+    # what fails on the small rollout is left to the run, which says why
+    with global_streams_kept(), contextlib.suppress(Exception):
         # in float64, so that a term's rounding (8 rows against 16) stays far below the smallest term a blind mean
         # moves (a penalty on the actor's head is ~1e-6 at initialisation), on a copy: the object stays as it was
         algorithm = copy.deepcopy(algorithm)
@@ -825,7 +848,8 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
             after = streams()
             shaped = [f"{key} has shape {tuple(value.shape)}" for key, value in alone.items()
                       if key.startswith("term") and torch.as_tensor(value).dim() != 0]
-            written = [key for key, value in own_state().items() if key not in state or not same(value, state[key])]
+            written = [key for key, value in own_state().items()
+                       if key not in state or not same_value(value, state[key])]
             if shaped:
                 problems.append(f"{name}.{phase.loss}: {', '.join(shaped)}: each term is one number, summed into the "
                                 f"loss (a mean over the minibatch's rows: masked_mean(x, minibatch.get(\"mask\")))")
@@ -835,7 +859,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                 f"algorithm is not repeated at each step; keep such state out of the loss "
                                 f"(after_epochs, end_update) and give the loss a per-seed number through loss_inputs, or declare "
                                 f"population_update = \"per_seed\" in the class")
-            elif not all(same(x, y) for x, y in zip(before, after)):
+            elif not all(same_value(x, y) for x, y in zip(before, after)):
                 problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
                                 f"stream): a population's compiled loss draws none; draw them outside the loss, or "
                                 f"declare population_update = \"per_seed\" in the class (its own update, seed by "
@@ -850,13 +874,69 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                     f"with masked rows, as a population pads every seed's minibatches to one shape: "
                                     f"take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
                                     f"(algorithms/core.py)")
-        return problems
-    except Exception:  # what fails on the small rollout is left to the run, which says why
-        return problems
+    return problems
+
+
+# What of an algorithm object's own state loss_problems and refuse_stale_reads compare: numbers, flags, strings and
+# tensors.
+OWN_VALUE_TYPES = (bool, int, float, str, type(None), torch.Tensor)
+MISSING = object()  # an attribute an object does not have
+
+
+class LossReadError(ValueError):
+    """A population's program would train on a value of the algorithm object other than the seed's own."""
+
+
+def same_value(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return a is b or a == b
+
+
+def described(value) -> str:
+    if value is MISSING:
+        return "no such attribute"
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} (other values)"
+    return repr(value)
+
+
+@contextlib.contextmanager
+def global_streams_kept():
+    """Torch's, numpy's and Python's global random streams as they were, whatever the block draws."""
+    import random
+
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
     finally:
         torch.set_rng_state(saved[0])
         np.random.set_state(saved[1])
         random.setstate(saved[2])
+
+
+def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
+    """The names of the algorithm object's own numbers, flags, strings and tensors (its vars) that the phase's loss
+    terms read: recorded while the terms run once, without gradients, on a few rows of `batch` and on a copy of the
+    object whose class records each attribute read (the object itself is not touched)."""
+    clone = copy.deepcopy(algorithm)
+    watched = {name for name, value in vars(clone).items() if isinstance(value, OWN_VALUE_TYPES)}
+    read: set[str] = set()
+
+    class Recording(type(clone)):
+        def __getattribute__(self, name):
+            if name in watched:
+                read.add(name)
+            return super().__getattribute__(name)
+
+    rows = min(8, len(batch["obs"]))
+    minibatch = {**{key: batch[key][:rows] for key in clone.loss_keys}, MASK: torch.ones(rows)}
+    clone.__class__ = Recording
+    with torch.no_grad(), global_streams_kept():
+        clone.phase_terms(phase, minibatch, {})
+    return sorted(read)
 
 
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:

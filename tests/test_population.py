@@ -14,7 +14,7 @@ import torch
 
 from algorithms import ALGORITHMS
 from algorithms.ppo import PPO, Batch, Evaluation
-from algorithms.population import PopulationBatch
+from algorithms.population import LossReadError, PopulationBatch
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
@@ -283,6 +283,57 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
     validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
     validate_config(cfg)
+
+
+class PPOAnnealingItsEntropyBonus(PPO):
+    """A variant a researcher might bring: the entropy bonus annealed once per update, in begin_update (outside the
+    loss, as a compiled loss asks), read by the loss from the object - not given through loss_inputs."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.entropy_coef = 0.05
+
+    def begin_update(self, rollout, batch: Batch, iteration: int) -> float:
+        self.entropy_coef = 0.05 * (1.0 - (iteration - 1) / self.num_iterations)
+        return super().begin_update(rollout, batch, iteration)
+
+    def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        from algorithms.core import masked_mean
+
+        entropy_mean = masked_mean(new.entropy, minibatch.get("mask"))
+        stats.update(entropy=entropy_mean.detach(), entropy_coef=self.entropy_coef * torch.ones(()))
+        return -(self.entropy_coef * entropy_mean)
+
+
+class PPOGivingItsLossTheAnnealedBonus(PPOAnnealingItsEntropyBonus):
+    """The same, the coefficient given to the loss through loss_inputs: each seed's own, at every update."""
+
+    def loss_inputs(self) -> dict[str, float]:
+        return {"entropy_coef": self.entropy_coef}
+
+
+def test_a_value_the_loss_reads_from_the_object_and_the_algorithm_changes_stops_the_population_in_one_line(
+        monkeypatch, eager, tmp_path):
+    """The population's program runs the loss on a copy of seed 0's object made when it was built: a coefficient
+    the algorithm anneals but the loss reads from the object would stay at its first value for every seed, without
+    a word. The update that would train on the stale value is refused, naming it; given through loss_inputs, each
+    update's value reaches the loss (its statistic logs it)."""
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOAnnealingItsEntropyBonus)
+    overrides = [*short_run("Pendulum", "ppo", 3), "seeds=[0,1]"]
+    with pytest.raises(LossReadError) as error:
+        train_batch(compose_config(overrides), [tmp_path / "stale" / f"seed{s}" for s in (0, 1)])
+    assert str(error.value) == (
+        f"PPOAnnealingItsEntropyBonus's loss (loss_terms) reads self.entropy_coef, which seed 0 of the population "
+        f"holds as {0.05 * (1 - 1 / 3)!r} where the population's program reads 0.05 (seed 0's when the population "
+        f"was built): a value the loss reads that changes during training or differs between seeds goes to the loss "
+        f"through loss_inputs (each seed's own, at every update); or declare population_update = \"per_seed\" in "
+        f"the class")
+    assert len(pd.read_csv(tmp_path / "stale" / "seed1" / "train.csv")) == 1  # the first update read what it held
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOGivingItsLossTheAnnealedBonus)
+    train_batch(compose_config(overrides), [tmp_path / "given" / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        logged = pd.read_csv(tmp_path / "given" / f"seed{seed}" / "train.csv")["entropy_coef"]
+        assert logged.tolist() == pytest.approx([0.05, 0.05 * 2 / 3, 0.05 / 3], rel=1e-6)
 
 
 class PPOWithSGD(PPO):
