@@ -486,9 +486,9 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
+        refuse_what_it_cannot_run(algorithms)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         if self.vectorized:
-            refuse_other_optimizers(algorithms)
             self.phases = first.update_phases()  # PPO: one; Outer-PPO's full-batch inner loop: two
             self.steps = [PopulationStep(first, phase, mode=self.mode) for phase in self.phases]
             # each optimizer's Adam state, [S] steps and [S, P] moments, by the attribute naming it; SGD keeps none
@@ -728,6 +728,19 @@ UPDATE_LOOP_METHODS = ("update", "optimize", "run_epochs", "run_phase", "epoch_m
                        "phase_step")
 
 
+# The algorithm's methods a population does not call to act: it acts for every seed in one program, with the
+# policy's own forward (act_one_seed), and reads the bootstrap value from the same program.
+ACTING_METHODS = ("act", "value")
+
+
+def acting_overrides(cls) -> list[str]:
+    """The acting methods a PPO subclass overrides: code a population would not run."""
+    from algorithms.ppo import PPO
+
+    return [method for method in ACTING_METHODS
+            if next(klass for klass in cls.__mro__ if method in vars(klass)) is not PPO]
+
+
 def declaring_class(cls) -> type:
     """The class whose body says how a population runs `cls`'s update (population_update)."""
     return next(klass for klass in cls.__mro__ if "population_update" in vars(klass))
@@ -754,6 +767,11 @@ def population_problems(algorithm) -> list[str]:
     or an override of the update loop the class did not declare with population_update, is refused, never trained
     as PPO; a variant that builds another optimizer, or replaces the update loop, declares "per_seed"."""
     cls = type(algorithm)
+    acting = acting_overrides(cls)
+    if acting:
+        return [f"{cls.__name__} overrides {' and '.join(acting)}: a population acts for its seeds in one program, "
+                f"with the policy's own forward, and would not run that code; train it with algo.backend=torch "
+                f"(each seed's own code; the default for such a class)"]
     kind = algorithm.population_update
     if kind not in ("vectorized", "per_seed"):
         return [f"{cls.__name__}.population_update must be \"vectorized\" or \"per_seed\", got {kind!r}"]
@@ -952,7 +970,7 @@ def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     return type(optimizer) is torch.optim.SGD and group["momentum"] == 0 and not group.get("nesterov")
 
 
-def refuse_other_optimizers(algorithms: list) -> None:
+def refuse_what_it_cannot_run(algorithms: list) -> None:
     problems = population_problems(algorithms[0])
     if problems:
         raise ValueError(problems[0])

@@ -382,6 +382,42 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
         del PPOWithRMSprop.population_update
 
 
+class PPOActingItsOwnWay(PPO):
+    """Overrides how a seed acts (a researcher's exploration rule would go here): code a population, which acts for
+    its seeds in one program with the policy's own forward, would not run."""
+
+    acted = 0
+
+    def act(self, obs: torch.Tensor):
+        PPOActingItsOwnWay.acted += 1
+        return super().act(obs)
+
+
+def test_a_variant_that_overrides_how_a_seed_acts_trains_on_its_own_code_and_no_population_takes_it(monkeypatch,
+                                                                                                   tmp_path):
+    """Its bare command runs the eager backend, which calls its act; a population is refused at config time in one
+    line, and by the population itself (nothing acts as PPO in its place)."""
+    from benchmarks.engine.batch_trainer import RandomState
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOActingItsOwnWay)
+    overrides = [*short_run("CartPole", "ppo", 1), "seeds=[0,1]"]
+    bare = compose_config([override for override in overrides if override != "algo.backend=compiled"])
+    assert bare.algo.backend == "torch"
+    train_batch(bare, [tmp_path / f"seed{s}" for s in (0, 1)])
+    assert PPOActingItsOwnWay.acted == 2 * 256  # each seed's rollout, through its own act
+    message = ("PPOActingItsOwnWay overrides act: a population acts for its seeds in one program, with the policy's "
+               "own forward, and would not run that code; train it with algo.backend=torch (each seed's own code; "
+               "the default for such a class)")
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config(overrides))
+    assert str(error.value) == f"algo.backend=compiled: {message}"
+    members = [PPOActingItsOwnWay(4, 2, True, bare.algo, 1) for _ in range(2)]
+    with pytest.raises(ValueError) as error:
+        PopulationBatch(members, [RandomState() for _ in members])
+    assert str(error.value) == message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo_kl", "outer_ppo"])  # outer_ppo: two phases, the critic's own Adam state
 def test_a_population_killed_with_sigkill_resumes_to_the_uninterrupted_numbers(algo, compiled, tmp_path):

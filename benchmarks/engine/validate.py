@@ -52,10 +52,15 @@ OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
 def fastest_backend(algorithm: str) -> str:
     """algo.backend's default for an algorithm (conf/algo/ppo.yaml): the population engine (compiled), which
     differentiates the algorithm's own torch loss over a seed axis, for PPO and every variant of it; torch (the
-    eager backend, which runs any update) for an algorithm of its own that is no PPO. A run's summary.json holds
-    the resolved value, the backend it ran on."""
+    eager backend, which runs any update) for an algorithm of its own that is no PPO, and for a variant that
+    overrides how a seed acts (act, value), which a population does not call. A run's summary.json holds the
+    resolved value, the backend it ran on."""
+    from algorithms.population import acting_overrides
+
     known = ALGORITHMS.get(algorithm)
     if known is not None and not (isinstance(known, type) and issubclass(known, PPO)):
+        return "torch"
+    if known is not None and acting_overrides(known):  # a population acts with the policy, not the algorithm's act
         return "torch"
     return "compiled"  # an unknown algorithm: the validator refuses it in one line
 
