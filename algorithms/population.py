@@ -356,13 +356,14 @@ class PopulationStep:
             for index, (algorithm, on) in enumerate(zip(algorithms, active)):
                 value = getattr(algorithm, name, MISSING)
                 if on and not same_value(value, held):
+                    now, then = described(value), described(held)
                     raise LossReadError(
-                        f"{type(algorithm).__name__}'s loss ({self.module.phase.loss}) reads self.{name}, which seed "
-                        f"{index} of the population holds as {described(value)} where the population's program "
-                        f"reads {described(held)} (seed 0's when the population was built): a value the loss reads "
-                        f"that changes during training or differs between seeds goes to the loss through "
-                        f"loss_inputs (each seed's own, at every update); or declare population_update = "
-                        f"\"per_seed\" in the class")
+                        f"{type(algorithm).__name__}'s loss ({self.module.phase.loss}) reads self.{name}, which the "
+                        f"population's seed {index} (by position) holds as {now} where the population's program "
+                        f"reads {then}{' of other values' if now == then else ''} (the first seed's when the "
+                        f"population was built): a number the loss reads that changes during training or differs "
+                        f"between seeds goes to the loss through loss_inputs (each seed's own, at every update); for "
+                        f"another value, declare population_update = \"per_seed\" in the class")
 
     def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
                  inputs: dict):
@@ -470,6 +471,7 @@ class PopulationBatch:
     """
 
     def __init__(self, algorithms: list, randoms: list, mode: str | None = None):
+        refuse_what_it_cannot_run(algorithms)  # before anything of torch's is reset or set
         self.algorithms, self.randoms = algorithms, randoms
         first = algorithms[0]
         self.policies = [algorithm.policy for algorithm in algorithms]
@@ -486,7 +488,6 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
-        refuse_what_it_cannot_run(algorithms)
         self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
         if self.vectorized:
             self.phases = first.update_phases()  # PPO: one; Outer-PPO's full-batch inner loop: two
@@ -906,10 +907,13 @@ class LossReadError(ValueError):
 
 
 def same_value(a, b) -> bool:
+    """Equal values (NaN equal to NaN), tensors of one shape and dtype included."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
     return a is b or a == b
 
 
@@ -917,7 +921,7 @@ def described(value) -> str:
     if value is MISSING:
         return "no such attribute"
     if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)} (other values)"
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
     return repr(value)
 
 
@@ -936,10 +940,12 @@ def global_streams_kept():
 
 
 def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
-    """The names of the algorithm object's own numbers, flags, strings and tensors (its vars) that the phase's loss
-    terms read: recorded while the terms run once, without gradients, on a few rows of `batch` and on a copy of the
-    object whose class records each attribute read (the object itself is not touched)."""
-    clone = copy.deepcopy(algorithm)
+    """The names of the algorithm object's own numbers, flags, strings and tensors (its attributes, not values
+    inside them) that the phase's loss terms read: recorded while the terms run once, without gradients, on `batch`
+    and on a copy of the object (as the program's, a shallow one) whose class records each attribute read, its
+    loss_inputs bound as tensors as the program binds them. A loss that fails here is left to the program, which
+    says why: nothing is recorded."""
+    clone = copy.copy(algorithm)
     watched = {name for name, value in vars(clone).items() if isinstance(value, OWN_VALUE_TYPES)}
     read: set[str] = set()
 
@@ -949,11 +955,15 @@ def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
                 read.add(name)
             return super().__getattribute__(name)
 
-    rows = min(8, len(batch["obs"]))
-    minibatch = {**{key: batch[key][:rows] for key in clone.loss_keys}, MASK: torch.ones(rows)}
+    rows = len(batch["obs"])
+    minibatch = {**{key: batch[key] for key in clone.loss_keys}, MASK: torch.ones(rows)}
+    inputs = {name: torch.tensor(value, dtype=torch.float32) for name, value in clone.loss_inputs().items()}
     clone.__class__ = Recording
-    with torch.no_grad(), global_streams_kept():
-        clone.phase_terms(phase, minibatch, {})
+    try:
+        with torch.no_grad(), global_streams_kept(), clone.bound_loss_inputs(inputs):
+            clone.phase_terms(phase, minibatch, {})
+    except Exception:
+        return []
     return sorted(read)
 
 

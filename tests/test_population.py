@@ -323,11 +323,11 @@ def test_a_value_the_loss_reads_from_the_object_and_the_algorithm_changes_stops_
     with pytest.raises(LossReadError) as error:
         train_batch(compose_config(overrides), [tmp_path / "stale" / f"seed{s}" for s in (0, 1)])
     assert str(error.value) == (
-        f"PPOAnnealingItsEntropyBonus's loss (loss_terms) reads self.entropy_coef, which seed 0 of the population "
-        f"holds as {0.05 * (1 - 1 / 3)!r} where the population's program reads 0.05 (seed 0's when the population "
-        f"was built): a value the loss reads that changes during training or differs between seeds goes to the loss "
-        f"through loss_inputs (each seed's own, at every update); or declare population_update = \"per_seed\" in "
-        f"the class")
+        f"PPOAnnealingItsEntropyBonus's loss (loss_terms) reads self.entropy_coef, which the population's seed 0 (by "
+        f"position) holds as {0.05 * (1 - 1 / 3)!r} where the population's program reads 0.05 (the first seed's "
+        f"when the population was built): a number the loss reads that changes during training or differs between "
+        f"seeds goes to the loss through loss_inputs (each seed's own, at every update); for another value, declare "
+        f"population_update = \"per_seed\" in the class")
     assert len(pd.read_csv(tmp_path / "stale" / "seed1" / "train.csv")) == 1  # the first update read what it held
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOGivingItsLossTheAnnealedBonus)
     train_batch(compose_config(overrides), [tmp_path / "given" / f"seed{s}" for s in (0, 1)])
@@ -382,6 +382,29 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
         del PPOWithRMSprop.population_update
 
 
+class PPOWithABonusOfEachSeed(PPOAnnealingItsEntropyBonus):
+    """The bonus set per seed (as a variant drawing it per seed would) and never annealed."""
+
+    def begin_update(self, rollout, batch: Batch, iteration: int) -> float:
+        return PPO.begin_update(self, rollout, batch, iteration)
+
+
+def test_a_value_the_loss_reads_that_differs_between_running_seeds_is_refused_at_the_first_update(eager):
+    """The program would train every seed on the first seed's value; a stopped seed is not checked."""
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled"])
+    members = [PPOWithABonusOfEachSeed(3, 1, False, cfg.algo, 10) for _ in range(2)]
+    members[1].entropy_coef = 0.07
+    rollouts = [synthetic_rollout(member, 3, seed=index) for index, member in enumerate(members)]
+    population = PopulationBatch(members, [RandomState() for _ in members])
+    with pytest.raises(LossReadError, match=r"reads self.entropy_coef, which the population's seed 1 \(by position\) "
+                                            r"holds as 0.07 where the population's program reads 0.05 "):
+        population.update(rollouts, 1, [True, True])
+    assert population.update(rollouts, 1, [True, False])[1] is None
+
+
 class PPOActingItsOwnWay(PPO):
     """Overrides how a seed acts (a researcher's exploration rule would go here): code a population, which acts for
     its seeds in one program with the policy's own forward, would not run."""
@@ -401,6 +424,7 @@ def test_a_variant_that_overrides_how_a_seed_acts_trains_on_its_own_code_and_no_
     from benchmarks.engine.validate import ConfigError, validate_config
 
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOActingItsOwnWay)
+    monkeypatch.setattr(PPOActingItsOwnWay, "acted", 0)
     overrides = [*short_run("CartPole", "ppo", 1), "seeds=[0,1]"]
     bare = compose_config([override for override in overrides if override != "algo.backend=compiled"])
     assert bare.algo.backend == "torch"
