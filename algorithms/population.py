@@ -334,9 +334,9 @@ class PopulationStep:
         # [P]: True on the parameters the phase's optimizer steps; None when it steps them all
         self.owned = owned_mask(optimizer, template.policy)
         self.mode = mode or compile_mode()
-        self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, None, 0, 0), randomness="error"),
+        self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, 0, 0, 0), randomness="error"),
                                  self.mode)
-        self.lr, self.lr_tensor = None, None
+        self.lrs, self.lr_tensor = None, None
         self.reads: list[str] | None = None  # the object's own values its loss reads, found at the first update
 
     def refuse_stale_reads(self, algorithms: list, active: list[bool], batch: dict) -> None:
@@ -388,10 +388,10 @@ class PopulationStep:
                        for key, value in new_moments.items()}
         return new_flat, new_moments, stats
 
-    def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: float, active: torch.Tensor,
+    def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lrs: list[float], active: torch.Tensor,
                  inputs: dict):
-        if lr != self.lr:  # one tensor per learning rate, not one per minibatch
-            self.lr, self.lr_tensor = lr, torch.tensor(lr, dtype=torch.float32)
+        if lrs != self.lrs:  # [S]: one tensor per update's learning rates, not one per minibatch
+            self.lrs, self.lr_tensor = list(lrs), torch.tensor(lrs, dtype=torch.float32)
         return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs)
 
 
@@ -553,16 +553,20 @@ class PopulationBatch:
         seed's own epoch batches (drawn from its own streams), then each seed's after_epochs and end_update
         (Outer-PPO's outer step)."""
         algorithms = self.algorithms
-        batches, lr, lead = [], None, None
+        batches, lrs, lead = [], [], None
         for algorithm, rollout, randoms, on in zip(algorithms, rollouts, self.randoms, active):
             batches.append(algorithm.flatten_rollout(rollout))
+            lr = None
             if on:
                 with randoms:
-                    lr = algorithm.begin_update(rollout, batches[-1], iteration)  # one schedule for every seed
+                    lr = algorithm.begin_update(rollout, batches[-1], iteration)  # the seed's own schedule
                 lead = lead or algorithm
-        if lr is None:  # no seed is running
+            lrs.append(lr)
+        if lead is None:  # no seed is running
             return [None] * len(algorithms)
-        for algorithm in algorithms:
+        last = next(lr for lr in reversed(lrs) if lr is not None)
+        lrs = [last if lr is None else lr for lr in lrs]  # a stopped seed's: never stepped
+        for algorithm, lr in zip(algorithms, lrs):
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
@@ -573,8 +577,8 @@ class PopulationBatch:
         rollout_size = rollouts[0].num_steps * rollouts[0].num_envs
         phase_means, trained_on = [], None
         for phase, step in zip(self.phases, self.steps):
-            phase_lr = getattr(lead, phase.optimizer).param_groups[0]["lr"]
-            means, trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lr, rollout_size)
+            phase_lrs = [getattr(algorithm, phase.optimizer).param_groups[0]["lr"] for algorithm in algorithms]
+            means, trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lrs, rollout_size)
             phase_means.append(means)
         if not lead.runs_ppo_epochs():  # explained variance over the epochs' batches is PPO's epoch loop's only
             trained_on = None
@@ -594,12 +598,12 @@ class PopulationBatch:
                                                                  torch.cat([b["returns"] for b in trained_on[index]]))
             with self.randoms[index]:
                 stats |= algorithm.after_epochs(batch)
-                stats["lr"] = lr
+                stats["lr"] = lrs[index]
                 results.append(algorithm.end_update(batch, iteration, stats))
         self.params = stack_parameters(self.policies)  # end_update may have moved them (an outer step)
         return results
 
-    def run_phase(self, phase, step: PopulationStep, batches: list, active: list[bool], inputs: dict, lr: float,
+    def run_phase(self, phase, step: PopulationStep, batches: list, active: list[bool], inputs: dict, lrs: list,
                   rollout_size: int):
         """One phase for every seed: its epochs (the seed's own epoch_batches, or the batch `phase.epochs` times),
         each cut into the seed's own minibatches (shuffled from the seed's generator, or the whole batch in its
@@ -645,7 +649,7 @@ class PopulationBatch:
                 minibatch = {key: slabs[m] for key, slabs in gathered.items()}
                 minibatch[MASK] = minibatch_mask
                 self.params, self.moments[phase.optimizer], stats = step(
-                    self.params, self.moments[phase.optimizer], minibatch, lr, stepping[m], inputs)
+                    self.params, self.moments[phase.optimizer], minibatch, lrs, stepping[m], inputs)
                 per_step.append(stats)
                 stepped.append(stepping[m])
         return step_means(per_step, torch.stack(stepped, dim=1)), trained_on

@@ -405,6 +405,40 @@ def test_a_value_the_loss_reads_that_differs_between_running_seeds_is_refused_at
     assert population.update(rollouts, 1, [True, False])[1] is None
 
 
+class PPOWithALearningRateOfEachSeed(PPO):
+    """Each seed steps with its own learning rate, as a schedule adapted per seed (to its update's KL, say) gives."""
+
+    lr_scale = 1.0
+
+    def begin_update(self, rollout, batch: Batch, iteration: int) -> float:
+        return self.lr_scale * super().begin_update(rollout, batch, iteration)
+
+
+def test_each_seed_of_a_population_steps_with_its_own_learning_rate(eager):
+    """Two seeds whose schedules differ: each takes the update it takes alone (a population of one) at its own
+    rate, and logs it - not one rate for both."""
+    import copy
+
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled", *SMALL_UPDATE])
+    members = [PPOWithALearningRateOfEachSeed(3, 1, False, cfg.algo, 10) for _ in range(2)]
+    members[1].lr_scale = 3.0
+    alone = [copy.deepcopy(member) for member in members]
+    rollouts = [synthetic_rollout(member, 3, num_steps=64, seed=index) for index, member in enumerate(members)]
+    torch.manual_seed(5)
+    stats = PopulationBatch(members, [RandomState(), RandomState()]).update(rollouts, 1, [True, True])
+    assert stats[1]["lr"] == 3 * stats[0]["lr"] == 3 * cfg.algo.lr
+    for index in (0, 1):
+        torch.manual_seed(5)
+        expected = PopulationBatch([alone[index]], [RandomState()]).update([rollouts[index]], 1, [True])[0]
+        assert stats[index]["lr"] == expected["lr"]
+        for a, b in zip(alone[index].policy.parameters(), members[index].policy.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
 class PPOActingItsOwnWay(PPO):
     """Overrides how a seed acts (a researcher's exploration rule would go here): code a population, which acts for
     its seeds in one program with the policy's own forward, would not run."""

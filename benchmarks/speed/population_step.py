@@ -73,7 +73,8 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         batch, active = minibatch(env, size), torch.ones(size, dtype=torch.bool)
 
         def step():
-            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, 3e-4, active, {})
+            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, [3e-4] * size,
+                                                             active, {})
 
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
         acting = np.ones(size, dtype=bool)
