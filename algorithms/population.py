@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from algorithms.core import stepped_parameters
-from algorithms.ppo import sum_terms
+from algorithms.ppo import learning_rate_from, sum_terms
 
 Params = dict[str, torch.Tensor]
 # The keys a minibatch of the population step carries: PPO's loss keys and the padding mask.
@@ -559,7 +559,7 @@ class PopulationBatch:
             lr = None
             if on:
                 with randoms:
-                    lr = algorithm.begin_update(rollout, batches[-1], iteration)  # the seed's own schedule
+                    lr = learning_rate_from(algorithm, rollout, batches[-1], iteration)  # the seed's own schedule
                 lead = lead or algorithm
             lrs.append(lr)
         if lead is None:  # no seed is running

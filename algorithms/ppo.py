@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, NamedTuple
@@ -198,7 +199,7 @@ class PPO(Algorithm):
         changes only what surrounds the epochs (Outer-PPO's outer step) overrides the two hooks, and a population
         of seeds runs its epochs vectorized between them (algorithms/population.py)."""
         batch = self.flatten_rollout(rollout)
-        lr = self.begin_update(rollout, batch, iteration)
+        lr = learning_rate_from(self, rollout, batch, iteration)
         self.set_lr(self.optimizer, lr)
         stats = self.optimize(batch, self.optimizer)
         stats["lr"] = lr
@@ -411,6 +412,17 @@ class StatsTracker:
 def in_log_order(stats: dict) -> dict:
     """STEP_STATS first, in their order, then any others in the order they were written."""
     return {**{key: stats[key] for key in STEP_STATS if key in stats}, **stats}
+
+
+def learning_rate_from(algorithm, rollout: Rollout, batch: Batch, iteration: int) -> float:
+    """The algorithm's begin_update, which returns the epochs' learning rate: an override that returns nothing
+    (or anything but a number) fails here, naming the method, not inside an optimizer's step."""
+    lr = algorithm.begin_update(rollout, batch, iteration)
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"{type(algorithm).__name__}.begin_update returned {lr!r}, not the epochs' learning rate (a "
+                        f"number): an override returns it, for instance return super().begin_update(rollout, batch, "
+                        f"iteration)")
+    return lr
 
 
 def sum_terms(terms: dict[str, torch.Tensor]) -> torch.Tensor:

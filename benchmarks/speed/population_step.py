@@ -70,11 +70,10 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         state = {"params": stack_parameters([a.policy for a in algorithms]),
                  "adam": adam_state_from([a.optimizer for a in algorithms], [a.policy for a in algorithms])}
         step_program: PopulationStep = population.steps[0]
-        batch, active = minibatch(env, size), torch.ones(size, dtype=torch.bool)
+        batch, active, lrs = minibatch(env, size), torch.ones(size, dtype=torch.bool), [3e-4] * size
 
         def step():
-            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, [3e-4] * size,
-                                                             active, {})
+            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, lrs, active, {})
 
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
         acting = np.ones(size, dtype=bool)
