@@ -314,7 +314,7 @@ class PPOGivingItsLossTheAnnealedBonus(PPOAnnealingItsEntropyBonus):
 
 def test_a_value_the_loss_reads_from_the_object_and_the_algorithm_changes_stops_the_population_in_one_line(
         monkeypatch, eager, tmp_path):
-    """The population's program runs the loss on a copy of seed 0's object made when it was built: a coefficient
+    """The population's program runs the loss on a copy of the first seed's object made when it was built: a coefficient
     the algorithm anneals but the loss reads from the object would stay at its first value for every seed, without
     a word. The update that would train on the stale value is refused, naming it; given through loss_inputs, each
     update's value reaches the loss (its statistic logs it)."""
