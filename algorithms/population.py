@@ -340,7 +340,7 @@ class PopulationStep:
         self.reads: list[str] | None = None  # the object's own values its loss reads, found at the first update
 
     def refuse_stale_reads(self, algorithms: list, active: list[bool], batch: dict) -> None:
-        """The program runs the loss on the object it was built from (a copy of seed 0's, made with the
+        """The program runs the loss on the object it was built from (a copy of the first seed's, made with the
         population): a number, flag, string or tensor of the object that the loss reads, other than its loss_inputs,
         must be what every running seed holds at this update, or every seed would train on the copy's value without
         a word (a coefficient the algorithm anneals, a value that differs between seeds). Raises LossReadError
@@ -742,13 +742,17 @@ def acting_overrides(cls) -> list[str]:
     """The acting methods a PPO subclass overrides: code a population would not run."""
     from algorithms.ppo import PPO
 
-    return [method for method in ACTING_METHODS
-            if next(klass for klass in cls.__mro__ if method in vars(klass)) is not PPO]
+    return [method for method in ACTING_METHODS if defining_class(cls, method) is not PPO]
+
+
+def defining_class(cls, name: str) -> type:
+    """The class of `cls`'s MRO whose body defines `name`."""
+    return next(klass for klass in cls.__mro__ if name in vars(klass))
 
 
 def declaring_class(cls) -> type:
     """The class whose body says how a population runs `cls`'s update (population_update)."""
-    return next(klass for klass in cls.__mro__ if "population_update" in vars(klass))
+    return defining_class(cls, "population_update")
 
 
 def undeclared_overrides(cls) -> list[str]:
@@ -760,7 +764,7 @@ def undeclared_overrides(cls) -> list[str]:
     declarer = declaring_class(cls)
     overridden = []
     for method in UPDATE_LOOP_METHODS:
-        definer = next(klass for klass in mro if method in vars(klass))
+        definer = defining_class(cls, method)
         if definer is not PPO and mro.index(definer) < mro.index(declarer):  # below it (a mixin's too)
             overridden.append(method)
     return overridden
