@@ -206,8 +206,10 @@ def remove_damaged_cache_file(error: Exception) -> bool:
 
 
 class CompiledOnce:
-    """torch.compile(fn) compiled on its first call and never again: a later recompilation (a guard that failed)
-    raises instead of silently compiling anew or, past dynamo's limit, running eager with other rounding.
+    """torch.vmap(one_seed) over the leading seed axis of every argument, torch.compile'd on its first call and
+    never again: a later recompilation (a guard that failed) raises instead of silently compiling anew or, past
+    dynamo's limit, running eager with other rounding. Eager, a population of one calls one_seed itself on row 0:
+    vmap's cost per operation buys nothing for one seed.
 
     Guards: before each call dynamo checks what the program was compiled for (input shapes and dtypes, Python
     values it read) - measured here at 25-50 us, as much as the whole act program for one seed. Inside
@@ -218,8 +220,10 @@ class CompiledOnce:
     the compiled graph (direct_call): the same kernels, without the frame's cost.
     """
 
-    def __init__(self, fn: Callable, mode: str):
+    def __init__(self, one_seed: Callable, mode: str):
         self.graphs: list = []  # (compiled graph, the inputs it was compiled with), one per graph dynamo compiles
+        self.one_seed = one_seed
+        fn = torch.func.vmap(one_seed, randomness="error")
         self.fn = torch.compile(fn, dynamic=False, backend=self.inductor) if mode == "compiled" else fn
         self.mode, self.called, self.checked_in_block = mode, False, False
         self.direct: Callable | None = None  # the compiled graph called without dynamo's frame (direct_call)
@@ -235,7 +239,7 @@ class CompiledOnce:
 
     def __call__(self, *args):
         if self.mode != "compiled":
-            return self.fn(*args)
+            return self.fn(*args) if len(args[0]) > 1 else self.on_row_zero(args)
         if not self.called:
             self.called = self.checked_in_block = True
             with torch.compiler.set_stance("default"):  # compiles (and records its guards)
@@ -255,6 +259,14 @@ class CompiledOnce:
         self.checked_in_block = True
         with torch.compiler.set_stance("fail_on_recompile"):
             return self.fn(*args)
+
+
+    def on_row_zero(self, args: tuple):
+        """one_seed on row 0 of every argument, its results given back their seed axis (as vmap returns them)."""
+        from torch.utils import _pytree as pytree
+
+        result = self.one_seed(*pytree.tree_map(lambda tensor: tensor[0], args))
+        return pytree.tree_map(lambda tensor: tensor.unsqueeze(0), result)
 
 
 def direct_call(graphs: list, args: tuple, result) -> Callable | None:
@@ -334,8 +346,7 @@ class PopulationStep:
         # [P]: True on the parameters the phase's optimizer steps; None when it steps them all
         self.owned = owned_mask(optimizer, template.policy)
         self.mode = mode or compile_mode()
-        self.step = CompiledOnce(torch.func.vmap(self.one_seed, in_dims=(0, 0, 0, 0, 0, 0), randomness="error"),
-                                 self.mode)
+        self.step = CompiledOnce(self.one_seed, self.mode)
         self.lrs, self.lr_tensor = None, None
         self.reads: list[str] | None = None  # the object's own values its loss reads, found at the first update
 
@@ -488,7 +499,7 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
-        self.acting = CompiledOnce(torch.func.vmap(self.act_one_seed, randomness="error"), self.mode)
+        self.acting = CompiledOnce(self.act_one_seed, self.mode)
         if self.vectorized:
             self.phases = first.update_phases()  # PPO: one; Outer-PPO's full-batch inner loop: two
             self.steps = [PopulationStep(first, phase, mode=self.mode) for phase in self.phases]

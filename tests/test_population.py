@@ -537,7 +537,7 @@ def test_without_a_cpp_compiler_the_population_runs_eager_and_says_so_in_one_lin
 COMPILE_A_PROGRAM = """
 import benchmarks, torch
 from algorithms.population import CompiledOnce, compile_mode
-program = CompiledOnce(torch.func.vmap(lambda x: torch.sin(x) * 2 + x.sum()), compile_mode())
+program = CompiledOnce(lambda x: torch.sin(x) * 2 + x.sum(), compile_mode())
 print(program(torch.arange(12.0).reshape(3, 4)).sum().item())
 """
 
@@ -663,6 +663,32 @@ def test_a_compiled_program_checks_its_guards_on_each_blocks_first_call_and_a_re
         program(torch.ones(4))                    # another shape: a recompile
 
 
+def test_an_eager_program_of_one_seed_calls_the_seeds_function_on_its_row_and_returns_what_vmap_would():
+    # vmap's cost per operation buys nothing for one seed: eager, a population of one runs the function itself
+    from torch._C._functorch import is_batchedtensor
+
+    from algorithms.population import CompiledOnce
+
+    batched_calls = []
+
+    def one_seed(x, moments):
+        batched_calls.append(is_batchedtensor(x))
+        return torch.tanh(x) * moments["scale"], {"sum": x.sum(), "norm": torch.linalg.vector_norm(x)}
+
+    program = CompiledOnce(one_seed, "eager")
+    x, moments = torch.randn(3, 5), {"scale": torch.randn(3)}
+    for rows in (slice(0, 1), slice(1, 2)):
+        alone = program(x[rows], {"scale": moments["scale"][rows]})
+        assert batched_calls.pop() is False
+        together = program(x, moments)
+        assert batched_calls.pop() is True
+        assert alone[0].shape == (1, 5) and alone[1]["sum"].shape == (1,)
+        index = rows.start
+        assert torch.equal(alone[0][0], together[0][index])
+        assert torch.equal(alone[1]["sum"][0], together[1]["sum"][index])
+        assert torch.equal(alone[1]["norm"][0], together[1]["norm"][index])
+
+
 def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without_dynamos_frame(compiled):
     # The frame costs more than a small graph; where the graph reads nothing but the call's own tensors, the
     # block's later calls run it directly, with the frame's outputs in the frame's structure. A graph that reads a
@@ -671,7 +697,7 @@ def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without
 
     if compile_mode() != "compiled":
         pytest.skip("no C++ compiler: programs run eager")
-    program = CompiledOnce(torch.func.vmap(lambda x, y: (torch.tanh(x) * y, {"sum": (x * y).sum()})), "compiled")
+    program = CompiledOnce(lambda x, y: (torch.tanh(x) * y, {"sum": (x * y).sum()}), "compiled")
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     expected = program(x, y)
     assert program.direct is not None
@@ -684,7 +710,7 @@ def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without
     assert len(calls) == 1
     assert isinstance(got, tuple) and torch.equal(got[0], expected[0]) and torch.equal(got[1]["sum"], expected[1]["sum"])
 
-    held = {"scale": torch.full((3,), 2.0)}
+    held = {"scale": torch.tensor(2.0)}
     reads_elsewhere = CompiledOnce(lambda x: x * held["scale"], "compiled")
     assert reads_elsewhere(torch.ones(3)).tolist() == [2.0] * 3
     assert reads_elsewhere.direct is None

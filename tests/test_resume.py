@@ -575,7 +575,7 @@ def test_a_signal_landing_inside_a_compiled_program_is_recorded_not_raised():
     from algorithms.population import CompiledOnce, UncheckedCalls
     from benchmarks.engine.trainer import PreemptionSignals
 
-    program = CompiledOnce(lambda x: (x.sin() @ x.cos().T).tanh().sum(), "compiled")
+    program = CompiledOnce(lambda x: torch.outer(x.sin(), x.cos()).tanh().sum(), "compiled")
     x = torch.randn(128, 128)
     program(x)  # compiled, outside the block
     firing = threading.Event()
