@@ -377,9 +377,9 @@ class PopulationStep:
                         f"another value, declare population_update = \"per_seed\" in the class")
 
     def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
-                 inputs: dict):
+                 inputs: dict, buffers: dict):
         def loss(parameters: torch.Tensor):
-            named = {f"policy.{name}": value for name, value in self.layout.unflatten(parameters).items()}
+            named = {f"policy.{name}": value for name, value in (self.layout.unflatten(parameters) | buffers).items()}
             return torch.func.functional_call(self.module, named, (minibatch, inputs))
 
         grad, stats = torch.func.grad(loss, has_aux=True)(flat)
@@ -400,10 +400,10 @@ class PopulationStep:
         return new_flat, new_moments, stats
 
     def __call__(self, flat: torch.Tensor, moments: dict, minibatch: dict, lrs: list[float], active: torch.Tensor,
-                 inputs: dict):
+                 inputs: dict, buffers: dict):
         if lrs != self.lrs:  # [S]: one tensor per update's learning rates, not one per minibatch
             self.lrs, self.lr_tensor = list(lrs), torch.tensor(lrs, dtype=torch.float32)
-        return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs)
+        return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs, buffers)
 
 
 def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
@@ -497,6 +497,9 @@ class PopulationBatch:
             torch._dynamo.reset()
             torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.params = stack_parameters(self.policies)
+        # the policy's buffers (tensors a module holds that are not parameters: a fixed projection, a mask): none
+        # in PPO's policy; a variant's are each seed's own in both programs, which read them and never write them
+        self.buffer_names = [name for name, _ in first.policy.named_buffers()]
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(self.act_one_seed, self.mode)
@@ -517,8 +520,13 @@ class PopulationBatch:
 
     # -- acting -----------------------------------------------------------------
 
-    def act_one_seed(self, flat: torch.Tensor, obs: torch.Tensor, draws: torch.Tensor):
-        return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat), (obs, draws))
+    def seed_buffers(self) -> dict[str, torch.Tensor]:
+        """Each buffer as [S, ...], row i read from seed i's module now (the algorithm may have changed it)."""
+        return {name: torch.stack([policy.get_buffer(name) for policy in self.policies])
+                for name in self.buffer_names}
+
+    def act_one_seed(self, flat: torch.Tensor, buffers: dict, obs: torch.Tensor, draws: torch.Tensor):
+        return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat) | buffers, (obs, draws))
 
     def noise(self, num_envs: int) -> torch.Tensor:
         """The act program's draws [seeds, envs, width], allocated on the first act or value call (the program is
@@ -539,14 +547,16 @@ class PopulationBatch:
             else:
                 slab.normal_(generator=randoms.torch)
         with torch.no_grad():
-            action, log_prob, value = self.acting(self.params, torch.from_numpy(obs), draws)
+            action, log_prob, value = self.acting(self.params, self.seed_buffers(), torch.from_numpy(obs),
+                                                  draws)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) of every seed (the bootstrap after a rollout): the act program's value output, on draws left as
         they were (no stream moves; the action it also computes is not used), so that one program serves both."""
         with torch.no_grad():
-            return self.acting(self.params, torch.from_numpy(obs), self.noise(obs.shape[1]))[2].numpy()
+            return self.acting(self.params, self.seed_buffers(), torch.from_numpy(obs),
+                               self.noise(obs.shape[1]))[2].numpy()
 
     # -- learning -----------------------------------------------------------------
 
@@ -580,6 +590,7 @@ class PopulationBatch:
         for algorithm, lr in zip(algorithms, lrs):
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
+        buffers = self.seed_buffers()  # as begin_update left them
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
                   for name in lead.loss_inputs()}
         reading = next(batch for batch, on in zip(batches, active) if on)
@@ -589,7 +600,8 @@ class PopulationBatch:
         phase_means, trained_on = [], None
         for phase, step in zip(self.phases, self.steps):
             phase_lrs = [getattr(algorithm, phase.optimizer).param_groups[0]["lr"] for algorithm in algorithms]
-            means, trained_on = self.run_phase(phase, step, batches, active, inputs, phase_lrs, rollout_size)
+            means, trained_on = self.run_phase(phase, step, batches, active, inputs, buffers, phase_lrs,
+                                               rollout_size)
             phase_means.append(means)
         if not lead.runs_ppo_epochs():  # explained variance over the epochs' batches is PPO's epoch loop's only
             trained_on = None
@@ -614,8 +626,8 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)  # end_update may have moved them (an outer step)
         return results
 
-    def run_phase(self, phase, step: PopulationStep, batches: list, active: list[bool], inputs: dict, lrs: list,
-                  rollout_size: int):
+    def run_phase(self, phase, step: PopulationStep, batches: list, active: list[bool], inputs: dict,
+                  buffers: dict, lrs: list, rollout_size: int):
         """One phase for every seed: its epochs (the seed's own epoch_batches, or the batch `phase.epochs` times),
         each cut into the seed's own minibatches (shuffled from the seed's generator, or the whole batch in its
         order), one program call per minibatch. Returns each statistic's mean over the steps each seed took
@@ -660,7 +672,7 @@ class PopulationBatch:
                 minibatch = {key: slabs[m] for key, slabs in gathered.items()}
                 minibatch[MASK] = minibatch_mask
                 self.params, self.moments[phase.optimizer], stats = step(
-                    self.params, self.moments[phase.optimizer], minibatch, lrs, stepping[m], inputs)
+                    self.params, self.moments[phase.optimizer], minibatch, lrs, stepping[m], inputs, buffers)
                 per_step.append(stats)
                 stepped.append(stepping[m])
         return step_means(per_step, torch.stack(stepped, dim=1)), trained_on
@@ -852,9 +864,10 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                 **{f"statistic {key!r}": value for key, value in numbers.items()}}
 
     def own_state() -> dict:
-        """The algorithm object's numbers, flags, strings and tensors, as values."""
-        return {key: value.clone() if isinstance(value, torch.Tensor) else value
-                for key, value in vars(algorithm).items() if isinstance(value, OWN_VALUE_TYPES)}
+        """The algorithm object's numbers, flags, strings and tensors, and its policy's buffers, as values."""
+        state = {key: value.clone() if isinstance(value, torch.Tensor) else value
+                 for key, value in vars(algorithm).items() if isinstance(value, OWN_VALUE_TYPES)}
+        return state | {f"policy.{name}": buffer.clone() for name, buffer in algorithm.policy.named_buffers()}
 
     def streams() -> tuple:
         """Torch's, numpy's and Python's global stream states, as values `same_value` compares."""
@@ -913,6 +926,28 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                     f"take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
                                     f"(algorithms/core.py)")
     return problems
+
+
+def forward_problems(algorithm, obs_dim: int) -> list[str]:
+    """A policy whose forward writes one of its buffers (BatchNorm's running statistics in training mode, a running
+    normaliser): a population acts for every seed in one program that reads each seed's buffers and never writes
+    them, so the seeds' buffers would stay as they were. Found by one forward on a copy of the policy."""
+    policy = copy.deepcopy(algorithm.policy)
+    before = {name: buffer.clone() for name, buffer in policy.named_buffers()}
+    if not before:
+        return []
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.randn(4, obs_dim, generator=generator)
+    draws = torch.rand(4, policy.actor.layers[-1].out_features, generator=generator) + 0.5  # normal or Exp(1) alike
+    with torch.no_grad(), global_streams_kept(), contextlib.suppress(Exception):  # a failure is the run's to say
+        policy(obs, draws)
+    written = [name for name, buffer in policy.named_buffers() if not same_value(buffer, before[name])]
+    if not written:
+        return []
+    return [f"{type(algorithm).__name__}'s policy writes its buffer(s) {', '.join(written)} in its forward: a "
+            f"population acts for every seed in one program that reads each seed's buffers and never writes them; "
+            f"update such a buffer outside the forward (in begin_update, say), or train with algo.backend=torch "
+            f"(each seed's own code)"]
 
 
 # What of an algorithm object's own state loss_problems and refuse_stale_reads compare: numbers, flags, strings and

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from algorithms import ALGORITHMS
+from algorithms.core import MLP
 from algorithms.ppo import PPO, Batch, Evaluation
 from algorithms.population import LossReadError, PopulationBatch
 from benchmarks.engine.batch_trainer import train_batch
@@ -230,6 +231,57 @@ class PPOReadingRawRewards(PPO):
     loss_keys = PPO.loss_keys + ("raw_rewards",)
 
 
+class ScaledInputMLP(MLP):
+    """An MLP whose input is scaled by a fixed random vector: a buffer (a tensor of the module, not trained)."""
+
+    def __init__(self, in_dim: int, *args):
+        super().__init__(in_dim, *args)
+        self.register_buffer("scale", 1.0 + torch.rand(in_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x * self.scale)
+
+
+class PPOWithScaledInputs(PPO):
+    """A variant a researcher might bring: each network's input scaled by a fixed random vector, drawn for each seed
+    when its algorithm is built (in the seed's own stream)."""
+
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        hidden = tuple(self.cfg.hidden_sizes)
+        self.policy.actor = ScaledInputMLP(obs_dim, hidden, action_dim, 0.01)
+        self.policy.critic = ScaledInputMLP(obs_dim, hidden, 1, 1.0)
+        self.optimizer = self.build_optimizer()
+
+
+class CountingMLP(MLP):
+    """Counts its forward calls in a buffer, as BatchNorm's running statistics are kept."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return super().forward(x)
+
+
+class PPOCountingForwards(PPO):
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        self.policy.actor = CountingMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
+        self.optimizer = self.build_optimizer()
+
+
+class PPOShrinkingItsScaleInTheLoss(PPOWithScaledInputs):
+    """Writes a buffer of its policy inside the loss."""
+
+    def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        with torch.no_grad():
+            self.policy.actor.scale.mul_(0.999)
+        return super().entropy_term(new, minibatch, stats)
+
+
 @pytest.mark.parametrize("variant, message", [
     (PPOReadingRawRewards, "PPOReadingRawRewards.loss_keys names 'raw_rewards', which its flatten_rollout does not "
                            "give (it gives 'obs', 'actions', 'log_probs', 'values', 'advantages', 'returns'): add the "
@@ -283,6 +335,48 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
     validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("variant, message", [
+    (PPOCountingForwards, "PPOCountingForwards's policy writes its buffer(s) actor.calls in its forward: a "
+                          "population acts for every seed in one program that reads each seed's buffers and never "
+                          "writes them; update such a buffer outside the forward (in begin_update, say), or train "
+                          "with algo.backend=torch (each seed's own code)"),
+    (PPOShrinkingItsScaleInTheLoss, "PPOShrinkingItsScaleInTheLoss.loss_terms writes self.policy.actor.scale: a "
+                                    "population's compiled loss is traced once, so what the loss writes into the "
+                                    "algorithm is not repeated at each step; keep such state out of the loss "
+                                    "(after_epochs, end_update) and give the loss a per-seed number through "
+                                    "loss_inputs, or declare population_update = \"per_seed\" in the class"),
+])
+def test_a_policy_buffer_a_population_would_not_keep_is_refused_in_one_line(variant, message, monkeypatch):
+    """A population's programs read each seed's buffers and never write them: a forward or a loss that writes one is
+    refused at config time, naming it; the eager backend (each seed's own code) runs it."""
+    from benchmarks.engine.validate import ConfigError, validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", variant)
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]))
+    assert str(error.value) == f"algo.backend=compiled: {message}"
+    validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithScaledInputs)  # buffers it only reads
+    validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]))
+
+
+def test_each_seed_of_a_population_acts_and_learns_with_its_own_buffers(eager, monkeypatch, tmp_path):
+    # The programs run seed 0's module with each seed's parameters; its buffers (tensors that are not parameters)
+    # are each seed's own too: seed 1 of a population logs what it logs alone, where it trained on seed 0's scales.
+    import numpy as np
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithScaledInputs)
+    overrides = short_run("Pendulum", "ppo", 2)
+    train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
+    train_batch(compose_config([*overrides, "seeds=[1]"]), [tmp_path / "alone"])
+    scales = [read_checkpoint(tmp_path / name / "checkpoint.pt")["algorithm"]["policy"]["actor.scale"]
+              for name in ("seed0", "seed1", "alone")]
+    assert not torch.equal(scales[0], scales[1]) and torch.equal(scales[1], scales[2])
+    together, alone = pd.read_csv(tmp_path / "seed1" / "train.csv"), pd.read_csv(tmp_path / "alone" / "train.csv")
+    for column in ("policy_loss", "value_loss", "entropy", "approx_kl", "episode_return_mean"):
+        np.testing.assert_allclose(together[column], alone[column], rtol=1e-4, atol=1e-6, err_msg=column)
 
 
 class PPOAnnealingItsEntropyBonus(PPO):

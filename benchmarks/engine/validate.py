@@ -310,13 +310,13 @@ def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
 def population_check(algorithm_class, algo: dict) -> list[str]:
     """What algorithms/population.py cannot run, found on a small instance of the algorithm (its optimizer is
     what it builds, whatever its code says): one line each, before any environment exists."""
-    from algorithms.population import loss_problems, population_problems
+    from algorithms.population import forward_problems, loss_problems, population_problems
 
     try:
         instance = algorithm_class(3, 2, False, algo, 1)
     except Exception:  # a config the other checks refuse; they say why
         return []
-    problems = population_problems(instance) or loss_problems(instance, 3, (2,))
+    problems = population_problems(instance) or forward_problems(instance, 3) or loss_problems(instance, 3, (2,))
     return [f"algo.backend=compiled: {problem}" for problem in problems]
 
 

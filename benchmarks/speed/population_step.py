@@ -73,7 +73,7 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         batch, active, lrs = minibatch(env, size), torch.ones(size, dtype=torch.bool), [3e-4] * size
 
         def step():
-            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, lrs, active, {})
+            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, lrs, active, {}, {})
 
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
         acting = np.ones(size, dtype=bool)
