@@ -406,6 +406,20 @@ class PopulationStep:
         return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs, buffers)
 
 
+def module_values(policy: nn.Module) -> dict:
+    """The numbers, flags, strings and tensors a policy's modules hold as plain attributes (not parameters or
+    buffers), by module.attribute; tensors copied."""
+    return {f"{prefix}.{key}" if prefix else key: value.clone() if isinstance(value, torch.Tensor) else value
+            for prefix, module in policy.named_modules() for key, value in vars(module).items()
+            if not key.startswith("_") and isinstance(value, OWN_VALUE_TYPES)}
+
+
+def class_value(policy: nn.Module, name: str):
+    """What the class of the module at `name` (module.attribute) gives for the attribute: MISSING if nothing."""
+    path, _, attribute = name.rpartition(".")
+    return getattr(type(policy.get_submodule(path)), attribute, MISSING)
+
+
 def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
     """[S, P]: row i is seed i's parameters, flat, in named_parameters order."""
     layout = FlatLayout(policies[0])
@@ -500,6 +514,9 @@ class PopulationBatch:
         # the policy's buffers (tensors a module holds that are not parameters: a fixed projection, a mask): none
         # in PPO's policy; a variant's are each seed's own in both programs, which read them and never write them
         self.buffer_names = [name for name, _ in first.policy.named_buffers()]
+        # what else of the policy its forward may read (plain attributes of its modules): seed 0's, as both programs
+        # run seed 0's module, so it must be every seed's, for the whole run (refuse_policy_values_that_differ)
+        self.policy_values = module_values(first.policy)
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(self.act_one_seed, self.mode)
@@ -560,8 +577,26 @@ class PopulationBatch:
 
     # -- learning -----------------------------------------------------------------
 
+    def refuse_policy_values_that_differ(self, active: list[bool]) -> None:
+        """Both programs run seed 0's policy module with each seed's parameters and buffers: a plain attribute of its
+        modules that the forward may read (a number, flag, string or tensor, not registered as a buffer) must be
+        what it was when the population was built, in every running seed. Raises LossReadError naming the first
+        that is not."""
+        for index, (policy, on) in enumerate(zip(self.policies, active)):
+            for name, value in (module_values(policy).items() if on else ()):
+                # an attribute the first seed's module did not hold itself: its class's, if any
+                held = self.policy_values[name] if name in self.policy_values else class_value(self.policies[0], name)
+                if not same_value(value, held):
+                    raise LossReadError(
+                        f"{type(self.algorithms[index]).__name__}'s policy holds {name} as {described(value)} in the "
+                        f"population's seed {index} (by position) where its programs read {described(held)} (the "
+                        f"first seed's when the population was built): a value the policy reads that changes during "
+                        f"training or differs between seeds goes in a buffer (register_buffer), which the programs "
+                        f"read as each seed's own")
+
     def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
         """Each active seed's statistics of this update (None for a seed that stopped)."""
+        self.refuse_policy_values_that_differ(active)  # as the rollout read them
         if self.vectorized:
             return self.vectorized_update(rollouts, iteration, active)
         stats = each_seed_update(self.algorithms, self.randoms, rollouts, iteration, active)
@@ -591,6 +626,7 @@ class PopulationBatch:
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         buffers = self.seed_buffers()  # as begin_update left them
+        self.refuse_policy_values_that_differ(active)
         inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
                   for name in lead.loss_inputs()}
         reading = next(batch for batch, on in zip(batches, active) if on)
@@ -844,8 +880,6 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
     why. The global streams are left as they were."""
     if algorithm.population_update != "vectorized":
         return []
-    import random
-
     from algorithms.core import Rollout
 
     generator = torch.Generator().manual_seed(0)
@@ -869,11 +903,6 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                  for key, value in vars(algorithm).items() if isinstance(value, OWN_VALUE_TYPES)}
         return state | {f"policy.{name}": buffer.clone() for name, buffer in algorithm.policy.named_buffers()}
 
-    def streams() -> tuple:
-        """Torch's, numpy's and Python's global stream states, as values `same_value` compares."""
-        numpy_name, numpy_keys, *numpy_position = np.random.get_state()
-        return torch.get_rng_state(), torch.from_numpy(numpy_keys.copy()), tuple(numpy_position), random.getstate()
-
     problems = []
     # what fails on the small rollout is left to the run, which says why
     with global_streams_kept(), contextlib.suppress(Exception):
@@ -894,9 +923,9 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         plain = {**{key: batch[key][:rows] for key in algorithm.loss_keys}, MASK: ones}
         padded = {**{key: batch[key][:2 * rows] for key in algorithm.loss_keys}, MASK: pad_rows(ones, 2 * rows)}
         for phase in algorithm.update_phases():
-            before, state = streams(), own_state()
+            before, state = global_stream_states(), own_state()
             alone = measured(phase, plain)
-            after = streams()
+            after = global_stream_states()
             shaped = [f"{key} has shape {tuple(value.shape)}" for key, value in alone.items()
                       if key.startswith("term") and torch.as_tensor(value).dim() != 0]
             written = [key for key, value in own_state().items()
@@ -910,7 +939,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                 f"algorithm is not repeated at each step; keep such state out of the loss "
                                 f"(after_epochs, end_update) and give the loss a per-seed number through loss_inputs, or declare "
                                 f"population_update = \"per_seed\" in the class")
-            elif not all(same_value(x, y) for x, y in zip(before, after)):
+            elif not same_states(before, after):
                 problems.append(f"{name}.{phase.loss} draws random numbers (from torch's, numpy's or Python's global "
                                 f"stream): a population's compiled loss draws none; draw them outside the loss, or "
                                 f"declare population_update = \"per_seed\" in the class (its own update, seed by "
@@ -929,25 +958,45 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
 
 
 def forward_problems(algorithm, obs_dim: int) -> list[str]:
-    """A policy whose forward writes one of its buffers (BatchNorm's running statistics in training mode, a running
-    normaliser): a population acts for every seed in one program that reads each seed's buffers and never writes
-    them, so the seeds' buffers would stay as they were. Found by one forward on a copy of the policy."""
+    """What in the policy's forward (the act program's, given its draws) a population would not repeat: a forward
+    that draws random numbers of its own (from a global stream: the program draws none, and each seed's act noise
+    comes from its own generator), or that writes one of its buffers (BatchNorm's running statistics, a running
+    normaliser: the program reads each seed's buffers and never writes them). Found by one forward on a copy of the
+    policy; the global streams are left as they were."""
     policy = copy.deepcopy(algorithm.policy)
-    before = {name: buffer.clone() for name, buffer in policy.named_buffers()}
-    if not before:
-        return []
+    buffers = {name: buffer.clone() for name, buffer in policy.named_buffers()}
     generator = torch.Generator().manual_seed(0)
     obs = torch.randn(4, obs_dim, generator=generator)
     draws = torch.rand(4, policy.actor.layers[-1].out_features, generator=generator) + 0.5  # normal or Exp(1) alike
+    drew = False
     with torch.no_grad(), global_streams_kept(), contextlib.suppress(Exception):  # a failure is the run's to say
+        before = global_stream_states()
         policy(obs, draws)
-    written = [name for name, buffer in policy.named_buffers() if not same_value(buffer, before[name])]
-    if not written:
-        return []
-    return [f"{type(algorithm).__name__}'s policy writes its buffer(s) {', '.join(written)} in its forward: a "
-            f"population acts for every seed in one program that reads each seed's buffers and never writes them; "
-            f"update such a buffer outside the forward (in begin_update, say), or train with algo.backend=torch "
-            f"(each seed's own code)"]
+        drew = not same_states(before, global_stream_states())
+    name = type(algorithm).__name__
+    if drew:
+        return [f"{name}'s policy draws random numbers in its forward (from torch's, numpy's or Python's global "
+                f"stream): a population's act program draws none, it gives the forward each seed's draws from the "
+                f"seed's own generator; train with algo.backend=torch (each seed's own code)"]
+    written = [key for key, buffer in policy.named_buffers() if not same_value(buffer, buffers[key])]
+    if written:
+        return [f"{name}'s policy writes its buffer(s) {', '.join(written)} in its forward: a population acts for "
+                f"every seed in one program that reads each seed's buffers and never writes them; update such a "
+                f"buffer outside the forward (in begin_update, say), or train with algo.backend=torch (each seed's "
+                f"own code)"]
+    return []
+
+
+def global_stream_states() -> tuple:
+    """Torch's, numpy's and Python's global stream states, as values `same_value` compares."""
+    import random
+
+    numpy_name, numpy_keys, *numpy_position = np.random.get_state()
+    return torch.get_rng_state(), torch.from_numpy(numpy_keys.copy()), tuple(numpy_position), random.getstate()
+
+
+def same_states(before: tuple, after: tuple) -> bool:
+    return all(same_value(x, y) for x, y in zip(before, after))
 
 
 # What of an algorithm object's own state loss_problems and refuse_stale_reads compare: numbers, flags, strings and

@@ -273,6 +273,21 @@ class PPOCountingForwards(PPO):
         self.optimizer = self.build_optimizer()
 
 
+class NoisyMLP(MLP):
+    """Adds noise of its own to its output, drawn from torch's global stream."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        return out + 0.01 * torch.randn_like(out)
+
+
+class PPOWithANoisyForward(PPO):
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        self.policy.actor = NoisyMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
+        self.optimizer = self.build_optimizer()
+
+
 class PPOShrinkingItsScaleInTheLoss(PPOWithScaledInputs):
     """Writes a buffer of its policy inside the loss."""
 
@@ -342,15 +357,20 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
                           "population acts for every seed in one program that reads each seed's buffers and never "
                           "writes them; update such a buffer outside the forward (in begin_update, say), or train "
                           "with algo.backend=torch (each seed's own code)"),
+    (PPOWithANoisyForward, "PPOWithANoisyForward's policy draws random numbers in its forward (from torch's, "
+                           "numpy's or Python's global stream): a population's act program draws none, it gives the "
+                           "forward each seed's draws from the seed's own generator; train with algo.backend=torch "
+                           "(each seed's own code)"),
     (PPOShrinkingItsScaleInTheLoss, "PPOShrinkingItsScaleInTheLoss.loss_terms writes self.policy.actor.scale: a "
                                     "population's compiled loss is traced once, so what the loss writes into the "
                                     "algorithm is not repeated at each step; keep such state out of the loss "
                                     "(after_epochs, end_update) and give the loss a per-seed number through "
                                     "loss_inputs, or declare population_update = \"per_seed\" in the class"),
 ])
-def test_a_policy_buffer_a_population_would_not_keep_is_refused_in_one_line(variant, message, monkeypatch):
-    """A population's programs read each seed's buffers and never write them: a forward or a loss that writes one is
-    refused at config time, naming it; the eager backend (each seed's own code) runs it."""
+def test_a_policy_forward_a_population_would_not_repeat_is_refused_in_one_line(variant, message, monkeypatch):
+    """A population's programs read each seed's buffers and never write them, and give the forward its draws: a
+    forward or a loss that writes a buffer, or a forward that draws from a global stream, is refused at config time,
+    naming it; the eager backend (each seed's own code) runs it."""
     from benchmarks.engine.validate import ConfigError, validate_config
 
     monkeypatch.setitem(ALGORITHMS, "ppo", variant)
@@ -497,6 +517,51 @@ def test_a_value_the_loss_reads_that_differs_between_running_seeds_is_refused_at
                                             r"holds as 0.07 where the population's program reads 0.05 "):
         population.update(rollouts, 1, [True, True])
     assert population.update(rollouts, 1, [True, False])[1] is None
+
+
+class TemperedMLP(MLP):
+    """Divides its output by a temperature held as a plain attribute (not a buffer)."""
+
+    temperature = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) / self.temperature
+
+
+class PPOWithATemperedActor(PPO):
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        self.policy.actor = TemperedMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
+        self.optimizer = self.build_optimizer()
+
+
+class PPOAnnealingItsTemperature(PPOWithATemperedActor):
+    def begin_update(self, rollout, batch: Batch, iteration: int) -> float:
+        self.policy.actor.temperature = 1.0 + iteration
+        return super().begin_update(rollout, batch, iteration)
+
+
+def test_a_value_of_the_policy_that_differs_between_seeds_or_changes_is_refused_naming_it(eager):
+    """Both programs run seed 0's policy module with each seed's parameters and buffers: a plain attribute its
+    forward reads would be seed 0's for every seed, and the one compiled with for the whole run."""
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled"])
+    members = [PPOWithATemperedActor(3, 1, False, cfg.algo, 10) for _ in range(2)]
+    members[1].policy.actor.temperature = 2.0
+    rollouts = [synthetic_rollout(member, 3, seed=index) for index, member in enumerate(members)]
+    population = PopulationBatch(members, [RandomState() for _ in members])
+    with pytest.raises(LossReadError, match=r"^PPOWithATemperedActor's policy holds actor.temperature as 2.0 in the "
+                                            r"population's seed 1 \(by position\) where its programs read 1.0 .* goes "
+                                            r"in a buffer \(register_buffer\)"):
+        population.update(rollouts, 1, [True, True])
+    assert population.update(rollouts, 1, [True, False])[1] is None  # a stopped seed is not checked
+
+    annealing = PPOAnnealingItsTemperature(3, 1, False, cfg.algo, 10)
+    population = PopulationBatch([annealing], [RandomState()])
+    with pytest.raises(LossReadError, match=r"holds actor.temperature as 2.0 in the population's seed 0 "):
+        population.update([synthetic_rollout(annealing, 3, seed=0)], 1, [True])
 
 
 class PPOWithALearningRateOfEachSeed(PPO):
