@@ -266,11 +266,19 @@ class CountingMLP(MLP):
         return super().forward(x)
 
 
-class PPOCountingForwards(PPO):
+class PPOWithItsOwnActor(PPO):
+    """PPO whose actor network is the class's actor_class: a researcher's own network."""
+
+    actor_class = MLP
+
     def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
         super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
-        self.policy.actor = CountingMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
+        self.policy.actor = self.actor_class(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
         self.optimizer = self.build_optimizer()
+
+
+class PPOCountingForwards(PPOWithItsOwnActor):
+    actor_class = CountingMLP
 
 
 class NoisyMLP(MLP):
@@ -281,11 +289,8 @@ class NoisyMLP(MLP):
         return out + 0.01 * torch.randn_like(out)
 
 
-class PPOWithANoisyForward(PPO):
-    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
-        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
-        self.policy.actor = NoisyMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
-        self.optimizer = self.build_optimizer()
+class PPOWithANoisyForward(PPOWithItsOwnActor):
+    actor_class = NoisyMLP
 
 
 class PPOShrinkingItsScaleInTheLoss(PPOWithScaledInputs):
@@ -528,11 +533,8 @@ class TemperedMLP(MLP):
         return super().forward(x) / self.temperature
 
 
-class PPOWithATemperedActor(PPO):
-    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
-        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
-        self.policy.actor = TemperedMLP(obs_dim, tuple(self.cfg.hidden_sizes), action_dim, 0.01)
-        self.optimizer = self.build_optimizer()
+class PPOWithATemperedActor(PPOWithItsOwnActor):
+    actor_class = TemperedMLP
 
 
 class PPOAnnealingItsTemperature(PPOWithATemperedActor):
