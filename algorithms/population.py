@@ -860,11 +860,11 @@ def population_problems(algorithm) -> list[str]:
         if phase.whole_batch and phase.epochs is None:
             return [f"{cls.__name__}'s phase {phase.loss} takes whole batches from epoch_batches: a population "
                     f"pads a whole batch to the rollout's size only, so give the phase its number of epochs"]
-        if not steps_optimizer(optimizer):
-            return [f"{cls.__name__} builds {type(optimizer).__name__} (weight_decay "
-                    f"{optimizer.param_groups[0].get('weight_decay')}): the population's vectorized update steps "
-                    f"Adam without weight decay or plain SGD only; declare population_update = \"per_seed\" in the "
-                    f"class"]
+        unstepped = what_the_step_does_not_compute(optimizer)
+        if unstepped is not None:
+            return [f"{cls.__name__} builds {type(optimizer).__name__}{unstepped}: the population's vectorized "
+                    f"update steps Adam or SGD with one parameter group and no weight decay, momentum, amsgrad or "
+                    f"maximize only; declare population_update = \"per_seed\" in the class"]
     return []
 
 
@@ -1073,14 +1073,23 @@ def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
 def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
     amsgrad, or torch.optim.SGD without momentum or weight decay (one parameter group, not maximizing)."""
+    return what_the_step_does_not_compute(optimizer) is None
+
+
+def what_the_step_does_not_compute(optimizer: torch.optim.Optimizer) -> str | None:
+    """None where the population step computes this optimizer's update (steps_optimizer), else what it does not, as
+    words that follow the optimizer's class name ("" for another class than Adam and SGD, " with 2 parameter
+    groups", " with weight_decay=0.01")."""
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.SGD):
+        return ""
     if len(optimizer.param_groups) != 1:
-        return False
-    group = optimizer.param_groups[0]  # (Rprop and LBFGS have no weight_decay key)
-    if group.get("maximize") or group.get("weight_decay", 0) != 0:
-        return False
-    if type(optimizer) is torch.optim.Adam:
-        return not group.get("amsgrad")
-    return type(optimizer) is torch.optim.SGD and group["momentum"] == 0 and not group.get("nesterov")
+        return f" with {len(optimizer.param_groups)} parameter groups"
+    group = optimizer.param_groups[0]
+    for key, off in (("weight_decay", 0), ("momentum", 0), ("nesterov", False), ("amsgrad", False),
+                     ("maximize", False)):
+        if group.get(key, off) != off:
+            return f" with {key}={group[key]}"
+    return None
 
 
 def refuse_what_it_cannot_run(algorithms: list) -> None:

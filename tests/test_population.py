@@ -470,14 +470,20 @@ class PPOWithRMSprop(PPO):
 
 
 def test_an_optimizer_the_population_does_not_step_is_told_apart_without_reading_keys_it_lacks():
-    from algorithms.population import steps_optimizer
+    from algorithms.population import steps_optimizer, what_the_step_does_not_compute
 
     parameters = [torch.nn.Parameter(torch.zeros(3))]
     assert steps_optimizer(torch.optim.Adam(parameters)) and steps_optimizer(torch.optim.SGD(parameters, lr=0.1))
-    for other in (torch.optim.Rprop(parameters), torch.optim.LBFGS(parameters), torch.optim.AdamW(parameters),
-                  torch.optim.SGD(parameters, lr=0.1, momentum=0.9), torch.optim.SGD(parameters, lr=0.1, maximize=True),
-                  torch.optim.Adam(parameters, maximize=True), torch.optim.Adam(parameters, weight_decay=0.1)):
+    two_groups = torch.optim.Adam([{"params": parameters}, {"params": [torch.nn.Parameter(torch.zeros(2))]}])
+    for other, said in ((torch.optim.Rprop(parameters), ""), (torch.optim.LBFGS(parameters), ""),
+                        (torch.optim.AdamW(parameters), ""), (two_groups, " with 2 parameter groups"),
+                        (torch.optim.SGD(parameters, lr=0.1, momentum=0.9), " with momentum=0.9"),
+                        (torch.optim.SGD(parameters, lr=0.1, maximize=True), " with maximize=True"),
+                        (torch.optim.Adam(parameters, maximize=True), " with maximize=True"),
+                        (torch.optim.Adam(parameters, amsgrad=True), " with amsgrad=True"),
+                        (torch.optim.Adam(parameters, weight_decay=0.1), " with weight_decay=0.1")):
         assert not steps_optimizer(other), type(other).__name__
+        assert what_the_step_does_not_compute(other) == said
 
 
 def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, tmp_path):
@@ -486,8 +492,9 @@ def test_a_population_refuses_an_optimizer_it_does_not_step(monkeypatch, eager, 
 
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithRMSprop)
     cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
-    message = ("PPOWithRMSprop builds RMSprop (weight_decay 0): the population's vectorized update steps Adam "
-               "without weight decay or plain SGD only; declare population_update = \"per_seed\" in the class")
+    message = ("PPOWithRMSprop builds RMSprop: the population's vectorized update steps Adam or SGD with one "
+               "parameter group and no weight decay, momentum, amsgrad or maximize only; declare population_update "
+               "= \"per_seed\" in the class")
     with pytest.raises(ConfigError) as error:
         validate_config(cfg)
     assert str(error.value) == f"algo.backend=compiled: {message}"
