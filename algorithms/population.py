@@ -376,6 +376,28 @@ class PopulationStep:
                         f"between seeds goes to the loss through loss_inputs (each seed's own, at every update); for "
                         f"another value, declare population_update = \"per_seed\" in the class")
 
+    def refuse_other_optimizer_settings(self, optimizers: list, active: list[bool]) -> None:
+        """The program steps every seed with the optimizer settings it was built with, the first seed's optimizer's
+        when the population was built (only the learning rate is each seed's own, at each update): a running seed's
+        optimizer that now holds other betas or eps, or settings the program does not compute (a weight decay set
+        since), would step as the program does without a word. Raises LossReadError naming the first."""
+        for index, (optimizer, on) in enumerate(zip(optimizers, active)):
+            if not on:
+                continue
+            group, unstepped = optimizer.param_groups[0], what_the_step_does_not_compute(optimizer)
+            if unstepped is None and (not self.steps_adam or (tuple(group["betas"]), float(group["eps"])) == (
+                    self.betas, self.eps)):
+                continue
+            held = (f"{type(optimizer).__name__}{unstepped}" if unstepped is not None
+                    else f"Adam with betas {tuple(group['betas'])} and eps {group['eps']}")
+            built = f"Adam with betas {self.betas} and eps {self.eps}" if self.steps_adam else "plain SGD"
+            raise LossReadError(
+                f"the population's seed {index} (by position) holds {held} as its {self.module.phase.optimizer} where "
+                f"the population's program steps {built} (the first seed's when the population was built): "
+                f"optimizer settings that change during training or differ between seeds other than the learning "
+                f"rate (begin_update's) need their own update, seed by seed: declare population_update = "
+                f"\"per_seed\" in the class")
+
     def one_seed(self, flat: torch.Tensor, moments: dict, minibatch: dict, lr: torch.Tensor, active: torch.Tensor,
                  inputs: dict, buffers: dict):
         def loss(parameters: torch.Tensor):
@@ -635,7 +657,9 @@ class PopulationBatch:
         rollout_size = rollouts[0].num_steps * rollouts[0].num_envs
         phase_means, trained_on = [], None
         for phase, step in zip(self.phases, self.steps):
-            phase_lrs = [getattr(algorithm, phase.optimizer).param_groups[0]["lr"] for algorithm in algorithms]
+            optimizers = [getattr(algorithm, phase.optimizer) for algorithm in algorithms]
+            step.refuse_other_optimizer_settings(optimizers, active)
+            phase_lrs = [optimizer.param_groups[0]["lr"] for optimizer in optimizers]
             means, trained_on = self.run_phase(phase, step, batches, active, inputs, buffers, phase_lrs,
                                                rollout_size)
             phase_means.append(means)

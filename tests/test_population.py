@@ -573,6 +573,36 @@ def test_a_value_of_the_policy_that_differs_between_seeds_or_changes_is_refused_
         population.update([synthetic_rollout(annealing, 3, seed=0)], 1, [True])
 
 
+class PPOSettingItsAdam(PPO):
+    """Sets its Adam's second-moment decay and weight decay at every update (an annealed beta2, say)."""
+
+    beta2, weight_decay = 0.999, 0.0
+
+    def begin_update(self, rollout, batch: Batch, iteration: int) -> float:
+        self.optimizer.param_groups[0].update(betas=(0.9, self.beta2), weight_decay=self.weight_decay)
+        return super().begin_update(rollout, batch, iteration)
+
+
+@pytest.mark.parametrize("setting, held", [("beta2", r"Adam with betas \(0.9, 0.99\) and eps 1e-05"),
+                                           ("weight_decay", r"Adam with weight_decay=0.01")])
+def test_optimizer_settings_that_differ_between_seeds_are_refused_naming_them(setting, held, eager):
+    """The program steps every seed with the first seed's betas and eps as the population was built (only the
+    learning rate is each seed's own): another seed's, or a setting the step does not compute, is refused."""
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled"])
+    members = [PPOSettingItsAdam(3, 1, False, cfg.algo, 10) for _ in range(2)]
+    rollouts = [synthetic_rollout(member, 3, seed=index) for index, member in enumerate(members)]
+    population = PopulationBatch(members, [RandomState() for _ in members])
+    population.update(rollouts, 1, [True, True])  # the same settings: trained
+    setattr(members[1], setting, {"beta2": 0.99, "weight_decay": 0.01}[setting])
+    with pytest.raises(LossReadError, match=rf"^the population's seed 1 \(by position\) holds {held} as its optimizer "
+                                            rf"where the population's program steps Adam with betas \(0.9, 0.999\) "
+                                            rf"and eps 1e-05 \(the first seed's when the population was built\)"):
+        population.update(rollouts, 2, [True, True])
+
+
 class PPOWithALearningRateOfEachSeed(PPO):
     """Each seed steps with its own learning rate, as a schedule adapted per seed (to its update's KL, say) gives."""
 
