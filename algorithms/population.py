@@ -372,9 +372,9 @@ class PopulationStep:
                         f"{type(algorithm).__name__}'s loss ({self.module.phase.loss}) reads self.{name}, which the "
                         f"population's seed {index} (by position) holds as {now} where the population's program "
                         f"reads {then}{' of other values' if now == then else ''} (the first seed's when the "
-                        f"population was built): a number the loss reads that changes during training or differs "
-                        f"between seeds goes to the loss through loss_inputs (each seed's own, at every update); for "
-                        f"another value, declare population_update = \"per_seed\" in the class")
+                        f"population was built): a number or tensor the loss reads that changes during training or "
+                        f"differs between seeds goes to the loss through loss_inputs (each seed's own, at every "
+                        f"update); for another value, declare population_update = \"per_seed\" in the class")
 
     def refuse_other_optimizer_settings(self, optimizers: list, active: list[bool]) -> None:
         """The program steps every seed with the optimizer settings it was built with, the first seed's optimizer's
@@ -426,6 +426,11 @@ class PopulationStep:
         if lrs != self.lrs:  # [S]: one tensor per update's learning rates, not one per minibatch
             self.lrs, self.lr_tensor = list(lrs), torch.tensor(lrs, dtype=torch.float32)
         return self.step(flat, moments, minibatch, self.lr_tensor, active, inputs, buffers)
+
+
+def as_loss_input(value) -> torch.Tensor:
+    """A seed's loss input as the program takes it: a number as a float32 scalar, a tensor as it is (a copy)."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float32)
 
 
 def module_values(policy: nn.Module) -> dict:
@@ -649,7 +654,7 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         buffers = self.seed_buffers()  # as begin_update left them
         self.refuse_policy_values_that_differ(active)
-        inputs = {name: torch.tensor([a.loss_inputs()[name] for a in algorithms], dtype=torch.float32)
+        inputs = {name: torch.stack([as_loss_input(a.loss_inputs()[name]) for a in algorithms])
                   for name in lead.loss_inputs()}
         reading = next(batch for batch, on in zip(batches, active) if on)
         for step in self.steps:
@@ -1084,7 +1089,7 @@ def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
 
     rows = len(batch["obs"])
     minibatch = {**{key: batch[key] for key in clone.loss_keys}, MASK: torch.ones(rows)}
-    inputs = {name: torch.tensor(value, dtype=torch.float32) for name, value in clone.loss_inputs().items()}
+    inputs = {name: as_loss_input(value) for name, value in clone.loss_inputs().items()}
     clone.__class__ = Recording
     try:
         with torch.no_grad(), global_streams_kept(), clone.bound_loss_inputs(inputs):

@@ -361,9 +361,10 @@ class PPO(Algorithm):
 
     # -- per-seed numbers the loss reads (the population step passes them in as tensors) ---------------
 
-    def loss_inputs(self) -> dict[str, float]:
-        """Numbers of this seed's own that its loss terms read besides the parameters and the minibatch
-        (PPO: none; PPO-KL: its adaptive beta). The population step stacks them into [S] tensors."""
+    def loss_inputs(self) -> dict[str, float | torch.Tensor]:
+        """Numbers or tensors of this seed's own that its loss terms read besides the parameters and the minibatch
+        (PPO: none; PPO-KL: its adaptive beta). The population step stacks them over its seeds ([S] for a number,
+        as float32; [S, ...] for a tensor, of one shape in every seed)."""
         return {}
 
     @contextlib.contextmanager

@@ -444,9 +444,9 @@ def test_a_value_the_loss_reads_from_the_object_and_the_algorithm_changes_stops_
     assert str(error.value) == (
         f"PPOAnnealingItsEntropyBonus's loss (loss_terms) reads self.entropy_coef, which the population's seed 0 (by "
         f"position) holds as {0.05 * (1 - 1 / 3)!r} where the population's program reads 0.05 (the first seed's "
-        f"when the population was built): a number the loss reads that changes during training or differs between "
-        f"seeds goes to the loss through loss_inputs (each seed's own, at every update); for another value, declare "
-        f"population_update = \"per_seed\" in the class")
+        f"when the population was built): a number or tensor the loss reads that changes during training or differs "
+        f"between seeds goes to the loss through loss_inputs (each seed's own, at every update); for another value, "
+        f"declare population_update = \"per_seed\" in the class")
     assert len(pd.read_csv(tmp_path / "stale" / "seed1" / "train.csv")) == 1  # the first update read what it held
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOGivingItsLossTheAnnealedBonus)
     train_batch(compose_config(overrides), [tmp_path / "given" / f"seed{s}" for s in (0, 1)])
@@ -636,6 +636,49 @@ def test_each_seed_of_a_population_steps_with_its_own_learning_rate(eager):
         for a, b in zip(alone[index].policy.parameters(), members[index].policy.parameters()):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)  # as seed i of 4 against alone; a shared rate
             # would move the first seed's weights by twice its lr per step (~4e-3)
+
+
+class PPOWithWeightsOfEachAction(PPO):
+    """Penalises each action dimension by a weight of the seed's own, drawn when it is built: a tensor the loss reads,
+    given through loss_inputs."""
+
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        self.action_weights = torch.rand(action_dim)
+
+    def loss_inputs(self) -> dict:
+        return {"action_weights": self.action_weights}
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        from algorithms.core import masked_mean
+
+        terms = super().loss_terms(new, minibatch, stats)
+        head = self.policy.actor(minibatch["obs"])
+        terms["action_penalty"] = masked_mean((head.pow(2) * self.action_weights).sum(-1), minibatch.get("mask"))
+        return terms
+
+
+def test_a_tensor_of_each_seed_the_loss_reads_enters_through_loss_inputs(eager):
+    """loss_inputs may give tensors too (here a weight per action dimension): each seed's own, stacked [S, ...], and
+    each seed takes the update it takes alone."""
+    import copy
+
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled", *SMALL_UPDATE])
+    members = [PPOWithWeightsOfEachAction(3, 2, False, cfg.algo, 10) for _ in range(2)]
+    members[1].action_weights = torch.tensor([100.0, 0.0])  # a penalty that moves the actor's head a long way
+    alone = [copy.deepcopy(member) for member in members]
+    rollouts = [synthetic_rollout(member, 3, num_steps=64, seed=index) for index, member in enumerate(members)]
+    torch.manual_seed(5)
+    PopulationBatch(members, [RandomState(), RandomState()]).update(rollouts, 1, [True, True])
+    for index in (0, 1):
+        torch.manual_seed(5)
+        PopulationBatch([alone[index]], [RandomState()]).update([rollouts[index]], 1, [True])
+        for a, b in zip(alone[index].policy.parameters(), members[index].policy.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 class PPOForgettingItsLearningRate(PPO):
