@@ -4,7 +4,7 @@ autograd, made fast with torch.func over a leading seed axis and torch.compile.
 A population is S algorithm objects of one config (one per seed). Their parameters are stacked into one
 [S, ...] tensor per parameter; the step below is a pure function of those tensors:
 
-    step(params, adam, minibatch, lr, active) -> params', adam', stats
+    step(params, adam, minibatch, lr, active, loss inputs, buffers) -> params', adam', stats
 
     loss      = sum of algorithm.loss_terms(...)       the algorithm's own named terms, traced once
     grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient
@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from algorithms.core import stepped_parameters
 from algorithms.ppo import learning_rate_from, sum_terms
@@ -263,8 +264,6 @@ class CompiledOnce:
 
     def on_row_zero(self, args: tuple):
         """one_seed on row 0 of every argument, its results given back their seed axis (as vmap returns them)."""
-        from torch.utils import _pytree as pytree
-
         result = self.one_seed(*pytree.tree_map(lambda tensor: tensor[0], args))
         return pytree.tree_map(lambda tensor: tensor.unsqueeze(0), result)
 
@@ -276,8 +275,6 @@ def direct_call(graphs: list, args: tuple, result) -> Callable | None:
     outputs, which this does directly. Taken only when the program is one graph whose inputs are the call's own
     tensors (nothing the frame reads from elsewhere, such as an attribute) and whose outputs, recomputed from
     copies of those inputs, equal the frame's result exactly, in its order."""
-    from torch.utils import _pytree as pytree
-
     if len(graphs) != 1:
         return None
     compiled, example_inputs = graphs[0]
@@ -343,6 +340,7 @@ class PopulationStep:
         group = optimizer.param_groups[0]
         self.max_grad_norm, self.steps_adam = phase.max_grad_norm, type(optimizer) is torch.optim.Adam
         self.betas, self.eps = (tuple(group["betas"]), float(group["eps"])) if self.steps_adam else (None, None)
+        self.settings = optimizer_settings(optimizer)  # what the program steps, in words
         # [P]: True on the parameters the phase's optimizer steps; None when it steps them all
         self.owned = owned_mask(optimizer, template.policy)
         self.mode = mode or compile_mode()
@@ -382,18 +380,12 @@ class PopulationStep:
         optimizer that now holds other betas or eps, or settings the program does not compute (a weight decay set
         since), would step as the program does without a word. Raises LossReadError naming the first."""
         for index, (optimizer, on) in enumerate(zip(optimizers, active)):
-            if not on:
+            held = optimizer_settings(optimizer)
+            if not on or held == self.settings:
                 continue
-            group, unstepped = optimizer.param_groups[0], what_the_step_does_not_compute(optimizer)
-            if unstepped is None and (not self.steps_adam or (tuple(group["betas"]), float(group["eps"])) == (
-                    self.betas, self.eps)):
-                continue
-            held = (f"{type(optimizer).__name__}{unstepped}" if unstepped is not None
-                    else f"Adam with betas {tuple(group['betas'])} and eps {group['eps']}")
-            built = f"Adam with betas {self.betas} and eps {self.eps}" if self.steps_adam else "plain SGD"
             raise LossReadError(
                 f"the population's seed {index} (by position) holds {held} as its {self.module.phase.optimizer} where "
-                f"the population's program steps {built} (the first seed's when the population was built): "
+                f"the population's program steps {self.settings} (the first seed's when the population was built): "
                 f"optimizer settings that change during training or differ between seeds other than the learning "
                 f"rate (begin_update's) need their own update, seed by seed: declare population_update = "
                 f"\"per_seed\" in the class")
@@ -441,10 +433,16 @@ def module_values(policy: nn.Module) -> dict:
             if not key.startswith("_") and isinstance(value, OWN_VALUE_TYPES)}
 
 
+def owner_of(policy: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """The module holding `name` (module.attribute) and the attribute's name in it."""
+    path, _, attribute = name.rpartition(".")
+    return policy.get_submodule(path), attribute
+
+
 def class_value(policy: nn.Module, name: str):
     """What the class of the module at `name` (module.attribute) gives for the attribute: MISSING if nothing."""
-    path, _, attribute = name.rpartition(".")
-    return getattr(type(policy.get_submodule(path)), attribute, MISSING)
+    module, attribute = owner_of(policy, name)
+    return getattr(type(module), attribute, MISSING)
 
 
 def stack_parameters(policies: list[nn.Module]) -> torch.Tensor:
@@ -541,9 +539,12 @@ class PopulationBatch:
         # the policy's buffers (tensors a module holds that are not parameters: a fixed projection, a mask): none
         # in PPO's policy; a variant's are each seed's own in both programs, which read them and never write them
         self.buffer_names = [name for name, _ in first.policy.named_buffers()]
+        # (module, attribute) of each buffer in each seed's policy, found once: read at every act call
+        self.buffer_owners = [[owner_of(policy, name) for policy in self.policies] for name in self.buffer_names]
         # what else of the policy its forward may read (plain attributes of its modules): seed 0's, as both programs
         # run seed 0's module, so it must be every seed's, for the whole run (refuse_policy_values_that_differ)
         self.policy_values = module_values(first.policy)
+        self.refuse_policy_values_that_differ([True] * len(algorithms))  # before a rollout acts on them
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(self.act_one_seed, self.mode)
@@ -566,41 +567,43 @@ class PopulationBatch:
 
     def seed_buffers(self) -> dict[str, torch.Tensor]:
         """Each buffer as [S, ...], row i read from seed i's module now (the algorithm may have changed it)."""
-        return {name: torch.stack([policy.get_buffer(name) for policy in self.policies])
-                for name in self.buffer_names}
+        return {name: torch.stack([getattr(module, attribute) for module, attribute in owners])
+                for name, owners in zip(self.buffer_names, self.buffer_owners)}
 
     def act_one_seed(self, flat: torch.Tensor, buffers: dict, obs: torch.Tensor, draws: torch.Tensor):
         return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat) | buffers, (obs, draws))
 
-    def noise(self, num_envs: int) -> torch.Tensor:
-        """The act program's draws [seeds, envs, width], allocated on the first act or value call (the program is
-        compiled for one env count: another raises)."""
-        if self.draws is None or self.draws.shape[1] != num_envs:
-            width = self.policies[0].actor.layers[-1].out_features
-            self.draws = torch.zeros(len(self), num_envs, width)
+    def noise(self, obs: torch.Tensor) -> torch.Tensor:
+        """The act program's draws [seeds, envs, width] for observations [seeds, envs, obs_dim] (width: the actor's
+        output), allocated on the first act or value call (the program is compiled for one env count: another
+        raises)."""
+        if self.draws is None or self.draws.shape[1] != obs.shape[1]:
+            with torch.no_grad():
+                width = self.policies[0].actor(obs[0]).shape[-1]
+            self.draws = torch.zeros(len(self), obs.shape[1], width)
             self.slabs = list(zip(self.draws, self.randoms))
         return self.draws
 
     def act(self, obs: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """obs [seeds, envs, obs_dim] -> action, log_prob, value of every seed (numpy, for the envs). A stopped
         seed (active False) acts too, harmlessly: its parameters are frozen and its envs are not stepped."""
-        draws = self.noise(obs.shape[1])
+        obs = torch.from_numpy(obs)
+        draws = self.noise(obs)
         for slab, randoms in self.slabs:  # each seed's draws from its own generator, refilled every call
             if self.discrete:
                 slab.exponential_(1, generator=randoms.torch)
             else:
                 slab.normal_(generator=randoms.torch)
         with torch.no_grad():
-            action, log_prob, value = self.acting(self.params, self.seed_buffers(), torch.from_numpy(obs),
-                                                  draws)
+            action, log_prob, value = self.acting(self.params, self.seed_buffers(), obs, draws)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) of every seed (the bootstrap after a rollout): the act program's value output, on draws left as
         they were (no stream moves; the action it also computes is not used), so that one program serves both."""
         with torch.no_grad():
-            return self.acting(self.params, self.seed_buffers(), torch.from_numpy(obs),
-                               self.noise(obs.shape[1]))[2].numpy()
+            obs = torch.from_numpy(obs)
+            return self.acting(self.params, self.seed_buffers(), obs, self.noise(obs))[2].numpy()
 
     # -- learning -----------------------------------------------------------------
 
@@ -619,7 +622,8 @@ class PopulationBatch:
                         f"population's seed {index} (by position) where its programs read {described(held)} (the "
                         f"first seed's when the population was built): a value the policy reads that changes during "
                         f"training or differs between seeds goes in a buffer (register_buffer), which the programs "
-                        f"read as each seed's own")
+                        f"read as each seed's own; for another value, train with algo.backend=torch (each seed's own "
+                        f"code)")
 
     def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
         """Each active seed's statistics of this update (None for a seed that stopped)."""
@@ -860,7 +864,8 @@ def undeclared_overrides(cls) -> list[str]:
 
 def population_problems(algorithm) -> list[str]:
     """Why a population cannot run this algorithm object (empty: it can). The vectorized update runs the class's
-    phases (their loss terms) and steps Adam without weight decay or plain SGD, so another optimizer,
+    phases (their loss terms) and steps Adam or SGD with one parameter group and no weight decay, momentum, amsgrad
+    or maximize (what_the_step_does_not_compute), so another optimizer,
     or an override of the update loop the class did not declare with population_update, is refused, never trained
     as PPO; a variant that builds another optimizer, or replaces the update loop, declares "per_seed"."""
     cls = type(algorithm)
@@ -989,17 +994,20 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
 def forward_problems(algorithm, obs_dim: int) -> list[str]:
     """What in the policy's forward (the act program's, given its draws) a population would not repeat: a forward
     that draws random numbers of its own (from a global stream: the program draws none, and each seed's act noise
-    comes from its own generator), or that writes one of its buffers (BatchNorm's running statistics, a running
-    normaliser: the program reads each seed's buffers and never writes them). Found by one forward on a copy of the
+    comes from its own generator), or that writes into the policy (a buffer, as BatchNorm's running statistics; an
+    attribute, as a call counter: the program writes nothing of the policy). Found by a forward on a copy of the
     policy; the global streams are left as they were."""
     policy = copy.deepcopy(algorithm.policy)
-    buffers = {name: buffer.clone() for name, buffer in policy.named_buffers()}
+
+    def policy_state() -> dict:
+        return {**module_values(policy), **{name: buffer.clone() for name, buffer in policy.named_buffers()}}
+
+    state, drew = policy_state(), False
     generator = torch.Generator().manual_seed(0)
     obs = torch.randn(4, obs_dim, generator=generator)
-    draws = torch.rand(4, policy.actor.layers[-1].out_features, generator=generator) + 0.5  # normal or Exp(1) alike
-    drew = False
     with torch.no_grad(), global_streams_kept(), contextlib.suppress(Exception):  # a failure is the run's to say
         before = global_stream_states()
+        draws = torch.rand(policy.actor(obs).shape, generator=generator) + 0.5  # as normal or Exp(1) draws alike
         policy(obs, draws)
         drew = not same_states(before, global_stream_states())
     name = type(algorithm).__name__
@@ -1007,12 +1015,12 @@ def forward_problems(algorithm, obs_dim: int) -> list[str]:
         return [f"{name}'s policy draws random numbers in its forward (from torch's, numpy's or Python's global "
                 f"stream): a population's act program draws none, it gives the forward each seed's draws from the "
                 f"seed's own generator; train with algo.backend=torch (each seed's own code)"]
-    written = [key for key, buffer in policy.named_buffers() if not same_value(buffer, buffers[key])]
+    after = policy_state()
+    written = [key for key, value in after.items() if key not in state or not same_value(value, state[key])]
     if written:
-        return [f"{name}'s policy writes its buffer(s) {', '.join(written)} in its forward: a population acts for "
-                f"every seed in one program that reads each seed's buffers and never writes them; update such a "
-                f"buffer outside the forward (in begin_update, say), or train with algo.backend=torch (each seed's "
-                f"own code)"]
+        return [f"{name}'s policy writes {', '.join(written)} in its forward: a population acts for every seed in "
+                f"one program, which writes nothing of the policy; update such state outside the forward (in "
+                f"begin_update, say), or train with algo.backend=torch (each seed's own code)"]
     return []
 
 
@@ -1103,6 +1111,17 @@ def steps_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether the population step computes this optimizer's update: torch.optim.Adam without weight decay or
     amsgrad, or torch.optim.SGD without momentum or weight decay (one parameter group, not maximizing)."""
     return what_the_step_does_not_compute(optimizer) is None
+
+
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> str:
+    """What a population step makes of an optimizer, in words: "Adam with betas (0.9, 0.999) and eps 1e-05",
+    "plain SGD", or the optimizer's class with what the step does not compute ("SGD with momentum=0.9")."""
+    unstepped = what_the_step_does_not_compute(optimizer)
+    if unstepped is not None:
+        return f"{type(optimizer).__name__}{unstepped}"
+    group = optimizer.param_groups[0]
+    return f"Adam with betas {tuple(group['betas'])} and eps {group['eps']}" if type(optimizer) is torch.optim.Adam \
+        else "plain SGD"
 
 
 def what_the_step_does_not_compute(optimizer: torch.optim.Optimizer) -> str | None:

@@ -281,6 +281,18 @@ class PPOCountingForwards(PPOWithItsOwnActor):
     actor_class = CountingMLP
 
 
+class AttributeCountingMLP(MLP):
+    """Counts its forward calls in a plain attribute."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().forward(x)
+
+
+class PPOCountingForwardsInAnAttribute(PPOWithItsOwnActor):
+    actor_class = AttributeCountingMLP
+
+
 class NoisyMLP(MLP):
     """Adds noise of its own to its output, drawn from torch's global stream."""
 
@@ -358,10 +370,15 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
 
 
 @pytest.mark.parametrize("variant, message", [
-    (PPOCountingForwards, "PPOCountingForwards's policy writes its buffer(s) actor.calls in its forward: a "
-                          "population acts for every seed in one program that reads each seed's buffers and never "
-                          "writes them; update such a buffer outside the forward (in begin_update, say), or train "
-                          "with algo.backend=torch (each seed's own code)"),
+    (PPOCountingForwards, "PPOCountingForwards's policy writes actor.calls in its forward: a population acts for "
+                          "every seed in one program, which writes nothing of the policy; update such state outside "
+                          "the forward (in begin_update, say), or train with algo.backend=torch (each seed's own "
+                          "code)"),
+    (PPOCountingForwardsInAnAttribute, "PPOCountingForwardsInAnAttribute's policy writes actor.calls in its "
+                                       "forward: a population acts for every seed in one program, which writes "
+                                       "nothing of the policy; update such state outside the forward (in "
+                                       "begin_update, say), or train with algo.backend=torch (each seed's own "
+                                       "code)"),
     (PPOWithANoisyForward, "PPOWithANoisyForward's policy draws random numbers in its forward (from torch's, "
                            "numpy's or Python's global stream): a population's act program draws none, it gives the "
                            "forward each seed's draws from the seed's own generator; train with algo.backend=torch "
@@ -387,10 +404,38 @@ def test_a_policy_forward_a_population_would_not_repeat_is_refused_in_one_line(v
     validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]))
 
 
-def test_each_seed_of_a_population_acts_and_learns_with_its_own_buffers(eager, monkeypatch, tmp_path):
+class PPOWithASequentialActor(PPO):
+    """Its actor is any module: here torch's nn.Sequential, without the layers list of PPO's MLP."""
+
+    def __init__(self, obs_dim, action_dim, discrete, cfg, num_iterations, network=None):
+        super().__init__(obs_dim, action_dim, discrete, cfg, num_iterations, network)
+        self.policy.actor = torch.nn.Sequential(torch.nn.Linear(obs_dim, 32), torch.nn.Tanh(),
+                                                torch.nn.Linear(32, action_dim))
+        self.optimizer = self.build_optimizer()
+
+
+def test_an_actor_of_any_module_passes_validation_and_trains_in_a_population(eager, monkeypatch, tmp_path):
+    # the act program's draws are as wide as the actor's output, whatever module gives it
+    from benchmarks.engine.validate import validate_config
+
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithASequentialActor)
+    cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
+    validate_config(cfg)
+    train_batch(cfg, [tmp_path / f"seed{s}" for s in (0, 1)])
+    assert all(len(pd.read_csv(tmp_path / f"seed{s}" / "train.csv")) == 1 for s in (0, 1))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_each_seed_of_a_population_acts_and_learns_with_its_own_buffers(mode, request, monkeypatch, tmp_path):
     # The programs run seed 0's module with each seed's parameters; its buffers (tensors that are not parameters)
     # are each seed's own too: seed 1 of a population logs what it logs alone, where it trained on seed 0's scales.
     import numpy as np
+
+    from algorithms.population import compile_mode
+
+    request.getfixturevalue(mode)
+    if compile_mode() != mode:
+        pytest.skip("no C++ compiler: programs run eager")
 
     monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithScaledInputs)
     overrides = short_run("Pendulum", "ppo", 2)
@@ -558,14 +603,18 @@ def test_a_value_of_the_policy_that_differs_between_seeds_or_changes_is_refused_
 
     cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled"])
     members = [PPOWithATemperedActor(3, 1, False, cfg.algo, 10) for _ in range(2)]
-    members[1].policy.actor.temperature = 2.0
     rollouts = [synthetic_rollout(member, 3, seed=index) for index, member in enumerate(members)]
+    members[1].policy.actor.temperature = 2.0
+    refused = (r"^PPOWithATemperedActor's policy holds actor.temperature as 2.0 in the population's seed 1 \(by "
+               r"position\) where its programs read 1.0 .* goes in a buffer \(register_buffer\)")
+    with pytest.raises(LossReadError, match=refused):
+        PopulationBatch(members, [RandomState() for _ in members])  # before any rollout acts on it
+    members[1].policy.actor.temperature = 1.0
     population = PopulationBatch(members, [RandomState() for _ in members])
-    with pytest.raises(LossReadError, match=r"^PPOWithATemperedActor's policy holds actor.temperature as 2.0 in the "
-                                            r"population's seed 1 \(by position\) where its programs read 1.0 .* goes "
-                                            r"in a buffer \(register_buffer\)"):
-        population.update(rollouts, 1, [True, True])
+    members[1].policy.actor.temperature = 2.0
     assert population.update(rollouts, 1, [True, False])[1] is None  # a stopped seed is not checked
+    with pytest.raises(LossReadError, match=refused):
+        population.update(rollouts, 2, [True, True])
 
     annealing = PPOAnnealingItsTemperature(3, 1, False, cfg.algo, 10)
     population = PopulationBatch([annealing], [RandomState()])
@@ -666,19 +715,20 @@ def test_a_tensor_of_each_seed_the_loss_reads_enters_through_loss_inputs(eager):
     from benchmarks.engine.batch_trainer import RandomState
     from tests.test_outer_ppo import synthetic_rollout
 
-    torch.manual_seed(0)
-    cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled", *SMALL_UPDATE])
-    members = [PPOWithWeightsOfEachAction(3, 2, False, cfg.algo, 10) for _ in range(2)]
-    members[1].action_weights = torch.tensor([100.0, 0.0])  # a penalty that moves the actor's head a long way
-    alone = [copy.deepcopy(member) for member in members]
-    rollouts = [synthetic_rollout(member, 3, num_steps=64, seed=index) for index, member in enumerate(members)]
-    torch.manual_seed(5)
-    PopulationBatch(members, [RandomState(), RandomState()]).update(rollouts, 1, [True, True])
-    for index in (0, 1):
+    with torch.random.fork_rng():  # the global stream as it was, for the tests after this one
+        torch.manual_seed(0)
+        cfg = compose_config(["algo=ppo", "env=Pendulum", "algo.backend=compiled", *SMALL_UPDATE])
+        members = [PPOWithWeightsOfEachAction(3, 2, False, cfg.algo, 10) for _ in range(2)]
+        members[1].action_weights = torch.tensor([100.0, 0.0])  # a penalty that moves the actor's head a long way
+        alone = [copy.deepcopy(member) for member in members]
+        rollouts = [synthetic_rollout(member, 3, num_steps=64, seed=index) for index, member in enumerate(members)]
         torch.manual_seed(5)
-        PopulationBatch([alone[index]], [RandomState()]).update([rollouts[index]], 1, [True])
-        for a, b in zip(alone[index].policy.parameters(), members[index].policy.parameters()):
-            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        PopulationBatch(members, [RandomState(), RandomState()]).update(rollouts, 1, [True, True])
+        for index in (0, 1):
+            torch.manual_seed(5)
+            PopulationBatch([alone[index]], [RandomState()]).update([rollouts[index]], 1, [True])
+            for a, b in zip(alone[index].policy.parameters(), members[index].policy.parameters()):
+                torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 class PPOForgettingItsLearningRate(PPO):
@@ -917,7 +967,8 @@ def test_an_eager_program_of_one_seed_calls_the_seeds_function_on_its_row_and_re
         return torch.tanh(x) * moments["scale"], {"sum": x.sum(), "norm": torch.linalg.vector_norm(x)}
 
     program = CompiledOnce(one_seed, "eager")
-    x, moments = torch.randn(3, 5), {"scale": torch.randn(3)}
+    generator = torch.Generator().manual_seed(0)
+    x, moments = torch.randn(3, 5, generator=generator), {"scale": torch.randn(3, generator=generator)}
     for rows in (slice(0, 1), slice(1, 2)):
         alone = program(x[rows], {"scale": moments["scale"][rows]})
         assert batched_calls.pop() is False
