@@ -587,19 +587,25 @@ def test_a_signal_landing_inside_a_compiled_program_is_recorded_not_raised():
             time.sleep(0.0003)
 
     calls = 0
-    with PreemptionSignals() as signals:
-        for signum in PreemptionSignals.SIGNALS:  # no Python frame when a signal lands
-            handler = signal.getsignal(signum)
-            assert callable(handler) and not isinstance(handler, (types.FunctionType, types.MethodType)), handler
-        thread = threading.Thread(target=fire, daemon=True)
-        thread.start()
-        try:
-            with UncheckedCalls([program]):
-                while calls < 3000:
-                    program(x)
-                    calls += 1
-        finally:
-            firing.clear()
-            thread.join()
-        assert signals.received == signal.SIGTERM
+    # Ctrl-C as in a terminal, whatever started pytest: a shell's background job starts with SIGINT ignored, and
+    # a run leaves it so (test_a_run_started_with_ctrl_c_ignored_leaves_it_ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with PreemptionSignals() as signals:
+            for signum in PreemptionSignals.SIGNALS:  # no Python frame when a signal lands
+                handler = signal.getsignal(signum)
+                assert callable(handler) and not isinstance(handler, (types.FunctionType, types.MethodType)), handler
+            thread = threading.Thread(target=fire, daemon=True)
+            thread.start()
+            try:
+                with UncheckedCalls([program]):
+                    while calls < 3000:
+                        program(x)
+                        calls += 1
+            finally:
+                firing.clear()
+                thread.join()
+            assert signals.received == signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert calls == 3000
