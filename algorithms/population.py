@@ -525,6 +525,10 @@ class PopulationBatch:
         self.algorithms, self.randoms = algorithms, randoms
         first = algorithms[0]
         self.policies = [algorithm.policy for algorithm in algorithms]
+        # what else of the policy its forward may read (plain attributes of its modules): seed 0's, as both programs
+        # run seed 0's module, so it must be every seed's, for the whole run (refuse_policy_values_that_differ)
+        self.policy_values = module_values(first.policy)
+        self.refuse_policy_values_that_differ([True] * len(algorithms))  # before a rollout acts on them
         self.layout = FlatLayout(first.policy)
         self.discrete = first.policy.discrete
         self.mode = mode or compile_mode()
@@ -541,10 +545,6 @@ class PopulationBatch:
         self.buffer_names = [name for name, _ in first.policy.named_buffers()]
         # (module, attribute) of each buffer in each seed's policy, found once: read at every act call
         self.buffer_owners = [[owner_of(policy, name) for policy in self.policies] for name in self.buffer_names]
-        # what else of the policy its forward may read (plain attributes of its modules): seed 0's, as both programs
-        # run seed 0's module, so it must be every seed's, for the whole run (refuse_policy_values_that_differ)
-        self.policy_values = module_values(first.policy)
-        self.refuse_policy_values_that_differ([True] * len(algorithms))  # before a rollout acts on them
         self.draws, self.slabs = None, []  # [seeds, envs, width]: each act call's noise, allocated by noise()
         self.vectorized = first.population_update == "vectorized"  # declared by the algorithm (per instance)
         self.acting = CompiledOnce(self.act_one_seed, self.mode)
@@ -1019,8 +1019,9 @@ def forward_problems(algorithm, obs_dim: int) -> list[str]:
     written = [key for key, value in after.items() if key not in state or not same_value(value, state[key])]
     if written:
         return [f"{name}'s policy writes {', '.join(written)} in its forward: a population acts for every seed in "
-                f"one program, which writes nothing of the policy; update such state outside the forward (in "
-                f"begin_update, say), or train with algo.backend=torch (each seed's own code)"]
+                f"one program, which writes nothing of the policy; keep such state in a buffer (register_buffer) "
+                f"updated outside the forward (in begin_update, say), or train with algo.backend=torch (each seed's "
+                f"own code)"]
     return []
 
 
@@ -1119,8 +1120,9 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> str:
     unstepped = what_the_step_does_not_compute(optimizer)
     if unstepped is not None:
         return f"{type(optimizer).__name__}{unstepped}"
-    group = optimizer.param_groups[0]
-    return f"Adam with betas {tuple(group['betas'])} and eps {group['eps']}" if type(optimizer) is torch.optim.Adam \
+    group = optimizer.param_groups[0]  # numbers as floats: an eps of 0 and one of 0.0 are the same setting
+    betas = tuple(float(beta) for beta in group["betas"]) if "betas" in group else None
+    return f"Adam with betas {betas} and eps {float(group['eps'])}" if type(optimizer) is torch.optim.Adam \
         else "plain SGD"
 
 

@@ -5,6 +5,7 @@ of its own; what a population cannot run is refused by its text; a killed popula
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 
@@ -371,14 +372,14 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
 
 @pytest.mark.parametrize("variant, message", [
     (PPOCountingForwards, "PPOCountingForwards's policy writes actor.calls in its forward: a population acts for "
-                          "every seed in one program, which writes nothing of the policy; update such state outside "
-                          "the forward (in begin_update, say), or train with algo.backend=torch (each seed's own "
-                          "code)"),
+                          "every seed in one program, which writes nothing of the policy; keep such state in a "
+                          "buffer (register_buffer) updated outside the forward (in begin_update, say), or train "
+                          "with algo.backend=torch (each seed's own code)"),
     (PPOCountingForwardsInAnAttribute, "PPOCountingForwardsInAnAttribute's policy writes actor.calls in its "
                                        "forward: a population acts for every seed in one program, which writes "
-                                       "nothing of the policy; update such state outside the forward (in "
-                                       "begin_update, say), or train with algo.backend=torch (each seed's own "
-                                       "code)"),
+                                       "nothing of the policy; keep such state in a buffer (register_buffer) "
+                                       "updated outside the forward (in begin_update, say), or train with "
+                                       "algo.backend=torch (each seed's own code)"),
     (PPOWithANoisyForward, "PPOWithANoisyForward's policy draws random numbers in its forward (from torch's, "
                            "numpy's or Python's global stream): a population's act program draws none, it gives the "
                            "forward each seed's draws from the seed's own generator; train with algo.backend=torch "
@@ -587,6 +588,24 @@ class TemperedMLP(MLP):
 
 class PPOWithATemperedActor(PPOWithItsOwnActor):
     actor_class = TemperedMLP
+
+
+class PPOWithATemperatureOfEachSeed(PPOWithATemperedActor):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.policy.actor.temperature = 1.0 + float(torch.rand(()))  # drawn in the seed's own stream
+
+
+def test_a_population_refused_as_it_is_built_records_the_failure_in_each_seeds_directory(eager, monkeypatch,
+                                                                                          tmp_path):
+    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithATemperatureOfEachSeed)
+    with pytest.raises(LossReadError) as error:
+        train_batch(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"]),
+                    [tmp_path / f"seed{s}" for s in (0, 1)])
+    for seed in (0, 1):
+        summary = json.loads((tmp_path / f"seed{seed}" / "summary.json").read_text())
+        assert summary["status"] == "failed" and summary["error"] == f"LossReadError: {error.value}"
+        assert "holds actor.temperature as " in summary["error"]
 
 
 class PPOAnnealingItsTemperature(PPOWithATemperedActor):

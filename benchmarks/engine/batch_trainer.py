@@ -627,8 +627,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0,
                     own_streams=own_streams) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
     algorithms, randoms = [run.algorithm for run in runs], [run.randoms for run in runs]
-    # compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); torch: each seed's own code
-    population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
     env_cfg = cfg.env
     num_envs, num_steps = env_cfg.num_envs, env_cfg.num_steps
     steps_per_iteration = num_envs * num_steps
@@ -638,10 +636,13 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     rollouts = [seed_rollout(rollout, index, num_envs) for index in range(len(runs))]
     # "program": compiled, or eager (POPULATION_COMPILE=0, or no C++ compiler): they round differently, so a rerun
     # that must give the same numbers runs the same way (benchmarks/reproduce.py)
-    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds,
-                    "program": population.mode}
+    batched_info = {"seeds": list(cfg.seeds) if cfg.seeds is not None else seeds, "trained_together": seeds}
 
     try:
+        # compiled: the algorithm's torch loss over the seed axis (algorithms/population.py); torch: each seed's own
+        # code. Inside the try: a population refused here (LossReadError) is recorded in each seed's summary.
+        population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
+        batched_info["program"] = population.mode
         for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
             run.start(checkpoint)
         population.optimizer_from_seeds()
