@@ -261,7 +261,6 @@ class CompiledOnce:
         with torch.compiler.set_stance("fail_on_recompile"):
             return self.fn(*args)
 
-
     def on_row_zero(self, args: tuple):
         """one_seed on row 0 of every argument, its results given back their seed axis (as vmap returns them)."""
         result = self.one_seed(*pytree.tree_map(lambda tensor: tensor[0], args))
