@@ -432,6 +432,11 @@ def module_values(policy: nn.Module) -> dict:
             if not key.startswith("_") and isinstance(value, OWN_VALUE_TYPES)}
 
 
+def buffer_values(policy: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of each buffer of the policy, by name."""
+    return {name: buffer.clone() for name, buffer in policy.named_buffers()}
+
+
 def owner_of(policy: nn.Module, name: str) -> tuple[nn.Module, str]:
     """The module holding `name` (module.attribute) and the attribute's name in it."""
     path, _, attribute = name.rpartition(".")
@@ -626,9 +631,9 @@ class PopulationBatch:
 
     def update(self, rollouts: list, iteration: int, active: list[bool]) -> list[dict | None]:
         """Each active seed's statistics of this update (None for a seed that stopped)."""
-        self.refuse_policy_values_that_differ(active)  # as the rollout read them
-        if self.vectorized:
+        if self.vectorized:  # checks them after the seeds' begin_update, whose values its steps read
             return self.vectorized_update(rollouts, iteration, active)
+        self.refuse_policy_values_that_differ(active)  # as the rollout read them
         stats = each_seed_update(self.algorithms, self.randoms, rollouts, iteration, active)
         self.params = stack_parameters(self.policies)
         return stats
@@ -656,7 +661,7 @@ class PopulationBatch:
             algorithm.set_lr(algorithm.optimizer, lr)  # what the seed's checkpoint records
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         buffers = self.seed_buffers()  # as begin_update left them
-        self.refuse_policy_values_that_differ(active)
+        self.refuse_policy_values_that_differ(active)  # as the rollout read them, and begin_update left them
         inputs = {name: torch.stack([as_loss_input(a.loss_inputs()[name]) for a in algorithms])
                   for name in lead.loss_inputs()}
         reading = next(batch for batch, on in zip(batches, active) if on)
@@ -934,7 +939,7 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
         """The algorithm object's numbers, flags, strings and tensors, and its policy's buffers, as values."""
         state = {key: value.clone() if isinstance(value, torch.Tensor) else value
                  for key, value in vars(algorithm).items() if isinstance(value, OWN_VALUE_TYPES)}
-        return state | {f"policy.{name}": buffer.clone() for name, buffer in algorithm.policy.named_buffers()}
+        return state | {f"policy.{name}": value for name, value in buffer_values(algorithm.policy).items()}
 
     problems = []
     # what fails on the small rollout is left to the run, which says why
@@ -997,11 +1002,7 @@ def forward_problems(algorithm, obs_dim: int) -> list[str]:
     attribute, as a call counter: the program writes nothing of the policy). Found by a forward on a copy of the
     policy; the global streams are left as they were."""
     policy = copy.deepcopy(algorithm.policy)
-
-    def policy_state() -> dict:
-        return {**module_values(policy), **{name: buffer.clone() for name, buffer in policy.named_buffers()}}
-
-    state, drew = policy_state(), False
+    state, drew = module_values(policy) | buffer_values(policy), False
     generator = torch.Generator().manual_seed(0)
     obs = torch.randn(4, obs_dim, generator=generator)
     with torch.no_grad(), global_streams_kept(), contextlib.suppress(Exception):  # a failure is the run's to say
@@ -1014,7 +1015,7 @@ def forward_problems(algorithm, obs_dim: int) -> list[str]:
         return [f"{name}'s policy draws random numbers in its forward (from torch's, numpy's or Python's global "
                 f"stream): a population's act program draws none, it gives the forward each seed's draws from the "
                 f"seed's own generator; train with algo.backend=torch (each seed's own code)"]
-    after = policy_state()
+    after = module_values(policy) | buffer_values(policy)
     written = [key for key, value in after.items() if key not in state or not same_value(value, state[key])]
     if written:
         return [f"{name}'s policy writes {', '.join(written)} in its forward: a population acts for every seed in "
@@ -1119,10 +1120,10 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> str:
     unstepped = what_the_step_does_not_compute(optimizer)
     if unstepped is not None:
         return f"{type(optimizer).__name__}{unstepped}"
+    if type(optimizer) is not torch.optim.Adam:
+        return "plain SGD"
     group = optimizer.param_groups[0]  # numbers as floats: an eps of 0 and one of 0.0 are the same setting
-    betas = tuple(float(beta) for beta in group["betas"]) if "betas" in group else None
-    return f"Adam with betas {betas} and eps {float(group['eps'])}" if type(optimizer) is torch.optim.Adam \
-        else "plain SGD"
+    return f"Adam with betas {tuple(float(beta) for beta in group['betas'])} and eps {float(group['eps'])}"
 
 
 def what_the_step_does_not_compute(optimizer: torch.optim.Optimizer) -> str | None:
