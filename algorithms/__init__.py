@@ -1,6 +1,13 @@
-"""Algorithm registry: the `algorithm` key of a conf/algo preset -> class."""
+"""Algorithm registry: the `algorithm` key of a conf/algo preset -> class.
+
+A shipped algorithm is named by its key here; a variant kept in a module of one's own by `module:Class`
+(`algorithm: myvariants:PPOWithHuberValue`), imported when the config is checked, as a task's `id: module:Task` is.
+"""
+
+import importlib
 
 from algorithms.hp3o import HP3O
+from algorithms.interface import Algorithm
 from algorithms.outer_ppo import OuterPPO
 from algorithms.ppo import PPO
 from algorithms.ppo_kl import PPOKL
@@ -8,11 +15,33 @@ from algorithms.ppo_kl import PPOKL
 ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO, "hp3o": HP3O, "ppo_kl": PPOKL}
 
 
+def algorithm_class(kind) -> type:
+    """The class algo.algorithm names: a key of ALGORITHMS, or `module:Class` for a class of a module of one's own.
+    Raises ValueError in one line where it names none."""
+    if isinstance(kind, str) and kind in ALGORITHMS:
+        return ALGORITHMS[kind]
+    module_name, _, class_name = kind.partition(":") if isinstance(kind, str) else ("", "", "")
+    if not module_name or not class_name:
+        raise ValueError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHMS))} or module:Class (a class of "
+                         f"a module of one's own), got {kind!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # a missing module, or one that fails as it is imported
+        raise ValueError(f"algo.algorithm={kind}: its module {module_name} cannot be imported "
+                         f"({type(error).__name__}: {error})") from None
+    found = getattr(module, class_name, None)
+    if found is None:
+        raise ValueError(f"algo.algorithm={kind}: module {module_name} has no {class_name}")
+    if not (isinstance(found, type) and issubclass(found, Algorithm)):
+        raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name} is {found!r}, not a class of the "
+                         f"algorithm interface (algorithms.interface.Algorithm: PPO and its subclasses are)")
+    return found
+
+
 def build_algorithm(kind: str, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,
                     network: dict | None = None):
     """network: the task's policy network (env.network), None for the MLP of algo.hidden_sizes."""
-    if kind not in ALGORITHMS:
-        raise ValueError(f"algo.algorithm must be one of {sorted(ALGORITHMS)} (got {kind!r})")
     arguments = (obs_dim, action_dim, discrete, cfg, num_iterations)
+    algorithm = algorithm_class(kind)
     # passed only when a task asks for another network: an algorithm written for MLP tasks needs no network argument
-    return ALGORITHMS[kind](*arguments) if network is None else ALGORITHMS[kind](*arguments, network=network)
+    return algorithm(*arguments) if network is None else algorithm(*arguments, network=network)

@@ -173,6 +173,21 @@ def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypa
     assert built[0].vectorized and built[0].steps[0].mode == "compiled"  # the fast path, with no code of its own
 
 
+def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trains_as_a_population(tmp_path):
+    """algo.algorithm=module:Class: this file's variant, named on run.py's command line (no registry entry), under a
+    name of its own, trains vectorized as a population; each seed's summary names the class and the program."""
+    variant = "tests.test_population:PPOWithActionPenalty"
+    process = launch([*short_run("Pendulum", "ppo", 1), "algo.name=ppo_action_penalty", f"algo.algorithm={variant}",
+                      "seeds=[0,1]"], tmp_path)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    for seed in (0, 1):
+        assert (pd.read_csv(tmp_path / f"seed{seed}" / "train.csv")["action_penalty"] > 0).all()
+        summary = json.loads((tmp_path / f"seed{seed}" / "summary.json").read_text())
+        assert (summary["status"], summary["config"]["algo"]["name"]) == ("complete", "ppo_action_penalty")
+        assert summary["config"]["algo"]["algorithm"] == variant and summary["batched"]["trained_together"] == [0, 1]
+
+
 class PPOWithUnmaskedPenalty(PPOWithActionPenalty):
     """The same penalty with its mean taken over every row, padding included: a population would train on its
     padded rows, where the eager path (no padding) would not."""

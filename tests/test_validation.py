@@ -48,6 +48,18 @@ BAD_CONFIGS = [
     (["torch_threads=0"], "torch_threads must be an integer >= 1, got 0"),
     (["batched_physics=auto"], "batched_physics must be null (from 4 sub-envs on), true (whenever the task allows) "
                                "or false (Gymnasium's step), got 'auto'"),
+    (["algo.algorithm=nosuch"], "algo.algorithm must be one of hp3o, outer_ppo, ppo, ppo_kl or "
+                                "module:Class (a class of a module of one's own), got 'nosuch'"),
+    (["algo.name=mine", "algo.algorithm=nosuchmodule:PPO"], "algo.algorithm=nosuchmodule:PPO: its module nosuchmodule "
+     "cannot be imported (ModuleNotFoundError: No module named 'nosuchmodule')"),
+    (["algo.name=mine", "algo.algorithm=algorithms.ppo:Nope"], "algo.algorithm=algorithms.ppo:Nope: module "
+                                                               "algorithms.ppo has no Nope"),
+    (["algo.name=mine", "algo.algorithm=algorithms.core:MLP"], "algo.algorithm=algorithms.core:MLP: "
+     "algorithms.core.MLP is <class 'algorithms.core.MLP'>, not a class of the algorithm interface "
+     "(algorithms.interface.Algorithm: PPO and its subclasses are)"),
+    (["algo.algorithm=algorithms.ppo:PPO"], "algo.name must name a variant of one's own (module:Class) other than a "
+     "shipped preset: algo.algorithm=algorithms.ppo:PPO under algo.name=ppo would be stored and reported as the "
+     "preset ppo's runs; give it a name (algo.name=<name>, or `name:` in its own conf/algo/<name>.yaml)"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),

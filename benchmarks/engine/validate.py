@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from algorithms import ALGORITHMS
+from algorithms import algorithm_class
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.schema import (
     Before,
@@ -57,12 +57,15 @@ def fastest_backend(algorithm: str) -> str:
     resolved value, the backend it ran on."""
     from algorithms.population import acting_overrides
 
-    known = ALGORITHMS.get(algorithm)
-    if known is not None and not (isinstance(known, type) and issubclass(known, PPO)):
+    try:
+        known = algorithm_class(algorithm)
+    except ValueError:
+        return "compiled"  # an unknown algorithm: the validator refuses it in one line
+    if not issubclass(known, PPO):
         return "torch"
-    if known is not None and acting_overrides(known):  # a population acts with the policy, not the algorithm's act
+    if acting_overrides(known):  # a population acts with the policy, not the algorithm's act
         return "torch"
-    return "compiled"  # an unknown algorithm: the validator refuses it in one line
+    return "compiled"
 
 
 OmegaConf.register_new_resolver("fastest_backend", fastest_backend, replace=True)
@@ -212,7 +215,7 @@ ENV_HPARAM_RULES: dict[str, Rule] = {
 
 def algorithm_rules(kind: str) -> list[Rule]:
     """The rules of algo.* for one algorithm kind (the `algorithm` key of a preset), from its Config."""
-    return rules_of_schema(ALGORITHMS[kind].Config, "algo")
+    return rules_of_schema(algorithm_class(kind).Config, "algo")
 
 
 def config_rules(data: dict) -> list[Rule]:
@@ -241,8 +244,10 @@ def validate_config(cfg: DictConfig) -> None:
     errors: list[str] = []
 
     kind = data.get("algo", {}).get("algorithm")
-    if kind not in ALGORITHMS:
-        raise ConfigError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHMS))} (got {kind!r})")
+    try:
+        algorithm_class(kind)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     rules = config_rules(data)
 
     hparams = data.get("env", {}).get("hparams", {})
@@ -307,13 +312,13 @@ def _unknown_keys(data: dict, rules: list[Rule]) -> list[str]:
     return errors
 
 
-def population_check(algorithm_class, algo: dict) -> list[str]:
+def population_check(cls: type, algo: dict) -> list[str]:
     """What algorithms/population.py cannot run, found on a small instance of the algorithm (its optimizer is
     what it builds, whatever its code says): one line each, before any environment exists."""
     from algorithms.population import forward_problems, loss_problems, population_problems
 
     try:
-        instance = algorithm_class(3, 2, False, algo, 1)
+        instance = cls(3, 2, False, algo, 1)
     except Exception:  # a config the other checks refuse; they say why
         return []
     problems = population_problems(instance) or forward_problems(instance, 3) or loss_problems(instance, 3, (2,))
@@ -410,6 +415,7 @@ def readable_shape(value) -> tuple | None:
         return None
 
 
+SHIPPED_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "algo"
 MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32
 
 
@@ -437,7 +443,12 @@ def _cross_checks(data: dict) -> list[str]:
         errors.append(f"pause_at_steps={data['pause_at_steps']} needs logging.checkpoint=true: a paused run "
                       f"resumes from the checkpoint it writes there")
     errors += network_size_problems(algo)
-    algorithm = ALGORITHMS[algo["algorithm"]]
+    algorithm = algorithm_class(algo["algorithm"])
+    if ":" in algo["algorithm"] and (SHIPPED_PRESETS / f"{algo['name']}.yaml").is_file():
+        errors.append(f"algo.name must name a variant of one's own (module:Class) other than a shipped preset: "
+                      f"algo.algorithm={algo['algorithm']} under algo.name={algo['name']} would be stored and "
+                      f"reported as the preset {algo['name']}'s runs; give it a name (algo.name=<name>, or `name:` "
+                      f"in its own conf/algo/<name>.yaml)")
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
