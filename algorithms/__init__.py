@@ -4,7 +4,10 @@ A shipped algorithm is named by its key here; a variant kept in a module of one'
 (`algorithm: myvariants:PPOWithHuberValue`), imported when the config is checked, as a task's `id: module:Task` is.
 """
 
+import dataclasses
 import importlib
+import inspect
+import traceback
 
 from algorithms.hp3o import HP3O
 from algorithms.interface import Algorithm
@@ -20,21 +23,29 @@ def algorithm_class(kind) -> type:
     Raises ValueError in one line where it names none."""
     if isinstance(kind, str) and kind in ALGORITHMS:
         return ALGORITHMS[kind]
-    module_name, _, class_name = kind.partition(":") if isinstance(kind, str) else ("", "", "")
-    if not module_name or not class_name:
+    if not isinstance(kind, str) or kind.count(":") != 1 or not all(kind.split(":")):
         raise ValueError(f"algo.algorithm must be one of {', '.join(sorted(ALGORITHMS))} or module:Class (a class of "
                          f"a module of one's own), got {kind!r}")
+    module_name, class_name = kind.split(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # a missing module, or one that fails as it is imported
+    except (Exception, SystemExit) as error:  # a missing module, or one that fails (or exits) as it is imported
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        where = "" if frame.filename.startswith("<frozen") else f" at {frame.filename}:{frame.lineno}"
         raise ValueError(f"algo.algorithm={kind}: its module {module_name} cannot be imported "
-                         f"({type(error).__name__}: {error})") from None
+                         f"({type(error).__name__}{where}: {error})") from None
     found = getattr(module, class_name, None)
     if found is None:
         raise ValueError(f"algo.algorithm={kind}: module {module_name} has no {class_name}")
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name} is {found!r}, not a class of the "
                          f"algorithm interface (algorithms.interface.Algorithm: PPO and its subclasses are)")
+    if inspect.isabstract(found):
+        raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name} leaves methods of the algorithm interface "
+                         f"abstract: {', '.join(sorted(found.__abstractmethods__))} (PPO implements them all)")
+    if not dataclasses.is_dataclass(getattr(found, "Config", None)):
+        raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name} declares no Config, the dataclass schema "
+                         f"of its algo.* keys (PPO's subclasses inherit PPOConfig)")
     return found
 
 

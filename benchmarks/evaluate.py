@@ -49,8 +49,11 @@ def load_agent(checkpoint_path: Path):
     obs_dim, action_dim, discrete, _ = space_dims(probe, cfg.env.id)
     probe.close()
     num_iterations = cfg.total_steps // (cfg.env.num_envs * cfg.env.num_steps)
-    algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,
-                                network=task_network(cfg.env))
+    try:
+        algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,
+                                    network=task_network(cfg.env))
+    except ValueError as error:  # algo.algorithm=module:Class whose module is not importable here
+        raise CheckpointError(f"{checkpoint_path}: {error}") from None
     # the policy is all an evaluation needs (an optimizer's state may be of a retired backend's layout)
     algorithm.policy.load_state_dict(checkpoint["algorithm"]["policy"])
     obs_normalizer = ObservationNormalizer((obs_dim,), cfg.env.normalize_obs, clip=cfg.env.obs_clip)

@@ -30,11 +30,13 @@ from unittest import mock
 import numpy as np
 from omegaconf import OmegaConf
 
+from algorithms import algorithm_class
 from benchmarks import numerics
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_later_keys
 from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
 from benchmarks.engine.run_dir import machine
+from benchmarks.engine.validate import ALGO_PRESETS
 from benchmarks.engine.trainer import train
 from benchmarks.arguments import existing_directory
 from benchmarks.runs import group_runs, load_runs
@@ -111,6 +113,15 @@ def not_comparable_here(run_dir: Path) -> str | None:
             f"promised only for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
 
 
+def algorithm_not_importable(run_dir: Path) -> str | None:
+    """One line when the run's algorithm, a module:Class of one's own, cannot be imported here: it is not rerun."""
+    try:
+        algorithm_class(json.loads((run_dir / "summary.json").read_text())["config"]["algo"]["algorithm"])
+    except ValueError as error:
+        return f"not rerun: {error} (its module must be importable, as where the run was made)"
+    return None
+
+
 def retired_backend(run_dir: Path, overrides: list[str]) -> str | None:
     """One line when the run was made on a retired backend (unless the overrides name another):
     its committed numbers stay as data, and nothing here can retrain them."""
@@ -125,7 +136,9 @@ def stored_config(run_dir: Path):
     """The run's stored config over today's defaults for its env and algo, so keys added since the run
     was made (e.g. algo.backend, logging.checkpoint_every_steps) take their default: the value the run used."""
     stored = with_later_keys(json.loads((run_dir / "summary.json").read_text())["config"])
-    defaults = compose_config([f"env={stored['env']['name']}", f"algo={stored['algo']['name']}"])
+    # a variant named by module:Class under a name of its own has no preset: PPO's defaults under its stored config
+    preset = stored["algo"]["name"] if (ALGO_PRESETS / f"{stored['algo']['name']}.yaml").is_file() else "ppo"
+    defaults = compose_config([f"env={stored['env']['name']}", f"algo={preset}"])
     OmegaConf.set_struct(defaults, False)  # a stored config may hold an experiment's extra keys (ci_budget)
     return OmegaConf.merge(defaults, stored)
 
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{run_dir}: {data_only}")
                 retired += 1
                 continue
-            elsewhere = not_comparable_here(run_dir)
+            elsewhere = not_comparable_here(run_dir) or algorithm_not_importable(run_dir)
             if elsewhere:
                 print(f"{run_dir}: {elsewhere}")
                 differing += 1  # not confirmed: it does not count as reproduced

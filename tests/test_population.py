@@ -173,19 +173,34 @@ def test_a_variant_that_adds_a_loss_term_trains_vectorized_and_compiled(monkeypa
     assert built[0].vectorized and built[0].steps[0].mode == "compiled"  # the fast path, with no code of its own
 
 
-def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trains_as_a_population(tmp_path):
+@pytest.mark.slow
+def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trains_as_a_population(tmp_path, capsys):
     """algo.algorithm=module:Class: this file's variant, named on run.py's command line (no registry entry), under a
-    name of its own, trains vectorized as a population; each seed's summary names the class and the program."""
+    name of its own, defaults to the population engine and trains vectorized as a population; each seed's summary
+    names the class, and `benchmarks.reproduce` reruns it (no preset of that name: PPO's defaults under its config)."""
+    from benchmarks.reproduce import algorithm_not_importable
+    from benchmarks.reproduce import main as reproduce
+
     variant = "tests.test_population:PPOWithActionPenalty"
-    process = launch([*short_run("Pendulum", "ppo", 1), "algo.name=ppo_action_penalty", f"algo.algorithm={variant}",
-                      "seeds=[0,1]"], tmp_path)
+    overrides = [item for item in short_run("Pendulum", "ppo", 1) if not item.startswith("algo.backend=")]
+    process = launch([*overrides, "algo.name=ppo_action_penalty", f"algo.algorithm={variant}", "seeds=[0,1]"], tmp_path)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
     for seed in (0, 1):
         assert (pd.read_csv(tmp_path / f"seed{seed}" / "train.csv")["action_penalty"] > 0).all()
         summary = json.loads((tmp_path / f"seed{seed}" / "summary.json").read_text())
         assert (summary["status"], summary["config"]["algo"]["name"]) == ("complete", "ppo_action_penalty")
-        assert summary["config"]["algo"]["algorithm"] == variant and summary["batched"]["trained_together"] == [0, 1]
+        assert (summary["config"]["algo"]["algorithm"], summary["config"]["algo"]["backend"]) == (variant, "compiled")
+        assert summary["batched"]["trained_together"] == [0, 1] and summary["batched"]["program"] == "eager"
+    with pytest.raises(SystemExit) as exited:
+        reproduce([str(tmp_path / "seed1")])
+    assert exited.value.code == 0, capsys.readouterr().out
+    summary["config"]["algo"]["algorithm"] = "nosuchmodule:PPOWithActionPenalty"
+    (tmp_path / "seed1" / "summary.json").write_text(json.dumps(summary))
+    assert algorithm_not_importable(tmp_path / "seed1") == (
+        "not rerun: algo.algorithm=nosuchmodule:PPOWithActionPenalty: its module nosuchmodule cannot be imported "
+        "(ModuleNotFoundError: No module named 'nosuchmodule') (its module must be importable, as where the run was "
+        "made)")
 
 
 class PPOWithUnmaskedPenalty(PPOWithActionPenalty):

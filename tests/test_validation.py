@@ -57,9 +57,14 @@ BAD_CONFIGS = [
     (["algo.name=mine", "algo.algorithm=algorithms.core:MLP"], "algo.algorithm=algorithms.core:MLP: "
      "algorithms.core.MLP is <class 'algorithms.core.MLP'>, not a class of the algorithm interface "
      "(algorithms.interface.Algorithm: PPO and its subclasses are)"),
-    (["algo.algorithm=algorithms.ppo:PPO"], "algo.name must name a variant of one's own (module:Class) other than a "
-     "shipped preset: algo.algorithm=algorithms.ppo:PPO under algo.name=ppo would be stored and reported as the "
-     "preset ppo's runs; give it a name (algo.name=<name>, or `name:` in its own conf/algo/<name>.yaml)"),
+    (["algo.name=mine", "algo.algorithm=algorithms.interface:Algorithm"], "algo.algorithm=algorithms.interface:"
+     "Algorithm: algorithms.interface.Algorithm leaves methods of the algorithm interface abstract: act, "
+     "act_deterministic, load_state_dict, named_parameters, state_dict, update, value (PPO implements them all)"),
+    (["algo.algorithm=algorithms.ppo:PPO"], "algo.name=ppo is the preset conf/algo/ppo.yaml, whose algorithm is ppo: "
+     "algo.algorithm=algorithms.ppo:PPO under that name would be stored and reported as its runs; give the variant a "
+     "name of its own (algo.name=<name>, or a preset conf/algo/<name>.yaml with `algorithm: algorithms.ppo:PPO`)"),
+    (["algo=hp3o_plus", "algo.algorithm=algorithms.hp3o:HP3O"], "algo.name=hp3o_plus is the preset "
+     "conf/algo/hp3o_plus.yaml, whose algorithm is hp3o: algo.algorithm=algorithms.hp3o:HP3O under that name"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
@@ -125,6 +130,23 @@ def test_bad_configuration_gives_one_line_naming_key_and_range(overrides, messag
     # One line per bad key; a bad env.hparams.* is named once, not again in the algo.* key that interpolates it.
     assert len(lines) == 1, lines
 
+
+
+@pytest.mark.parametrize("preset_algorithm", ["tests.test_population:PPOWithActionPenalty", "ppo"])
+def test_a_preset_of_ones_own_may_name_a_module_class_and_only_its_own(preset_algorithm, make_config, monkeypatch,
+                                                                       tmp_path):
+    """conf/algo/mine.yaml with `algorithm: module:Class` trains that class under its name; a module:Class typed over
+    a preset of another algorithm would be reported as that preset's runs and is refused."""
+    import benchmarks.engine.validate
+
+    (tmp_path / "mine.yaml").write_text(f"defaults: [ppo, _self_]\nname: mine\nalgorithm: {preset_algorithm}\n")
+    monkeypatch.setattr(benchmarks.engine.validate, "ALGO_PRESETS", tmp_path)
+    config = make_config(["env=CartPole", "algo.name=mine", "algo.algorithm=tests.test_population:PPOWithActionPenalty"])
+    if preset_algorithm != "ppo":
+        validate_config(config)
+        return
+    with pytest.raises(ConfigError, match="^algo.name=mine is the preset conf/algo/mine.yaml, whose algorithm is ppo: "):
+        validate_config(config)
 
 
 def test_the_retired_numpy_backend_is_refused_in_one_line_and_every_ppo_variant_defaults_to_the_compiled_engine(

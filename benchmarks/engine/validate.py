@@ -415,7 +415,22 @@ def readable_shape(value) -> tuple | None:
         return None
 
 
-SHIPPED_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "algo"
+ALGO_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "algo"
+
+
+def preset_algorithm(name: str) -> str | None:
+    """The `algorithm` of the preset conf/algo/<name>.yaml, read through its defaults (hp3o_plus's is hp3o's); None
+    where no such preset exists."""
+    path = ALGO_PRESETS / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        return None
+    preset = OmegaConf.load(path)
+    if "algorithm" in preset:
+        return preset.algorithm
+    parents = [entry for entry in preset.get("defaults", []) if isinstance(entry, str) and entry != "_self_"]
+    return next((found for found in map(preset_algorithm, parents) if found is not None), None)
+
+
 MAX_HIDDEN_WEIGHTS = 50_000_000  # weights between hidden layers of one network: 200 MB each in float32
 
 
@@ -444,11 +459,12 @@ def _cross_checks(data: dict) -> list[str]:
                       f"resumes from the checkpoint it writes there")
     errors += network_size_problems(algo)
     algorithm = algorithm_class(algo["algorithm"])
-    if ":" in algo["algorithm"] and (SHIPPED_PRESETS / f"{algo['name']}.yaml").is_file():
-        errors.append(f"algo.name must name a variant of one's own (module:Class) other than a shipped preset: "
-                      f"algo.algorithm={algo['algorithm']} under algo.name={algo['name']} would be stored and "
-                      f"reported as the preset {algo['name']}'s runs; give it a name (algo.name=<name>, or `name:` "
-                      f"in its own conf/algo/<name>.yaml)")
+    named = preset_algorithm(algo["name"])
+    if named is not None and named != algo["algorithm"]:
+        errors.append(f"algo.name={algo['name']} is the preset conf/algo/{algo['name']}.yaml, whose algorithm is "
+                      f"{named}: algo.algorithm={algo['algorithm']} under that name would be stored and reported as "
+                      f"its runs; give the variant a name of its own (algo.name=<name>, or a preset "
+                      f"conf/algo/<name>.yaml with `algorithm: {algo['algorithm']}`)")
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
