@@ -14,7 +14,8 @@ from benchmarks.engine.validate import (
     config_rules,
     validate_config,
 )
-from algorithms.schema import Before, PositiveInt, one_of, positive_int
+from algorithms.ppo import PPO, PPOConfig
+from algorithms.schema import Before, PositiveInt, number_between, one_of, positive_int
 from benchmarks.engine.logger import flatten
 from tests.conftest import ROOT
 
@@ -213,6 +214,25 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
                                                 "outer_optimizer": {"sigma_eff": None}}}
     newer = {"seed": 3, "seeds": [3, 4], "env": {"name": "CartPole"}, "algo": {"backend": "numpy"}}
     assert with_later_keys(newer)["seeds"] == [3, 4] and with_later_keys(newer)["algo"]["backend"] == "numpy"
+
+
+@dataclasses.dataclass
+class _ConfigWithAKeyAddedSince(PPOConfig):
+    smoothing: Annotated[float, number_between(0, 1), Before(0.0)]
+
+
+class _PPOWithAKeyAddedSince(PPO):
+    """A variant of one's own (module:Class) that gained a key after runs of it were stored."""
+    Config = _ConfigWithAKeyAddedSince
+
+
+def test_a_variant_of_ones_own_fills_the_keys_its_stored_runs_predate():
+    from benchmarks.engine.config import with_later_keys
+
+    stored = {"seed": 0, "env": {"name": "CartPole"},
+              "algo": {"name": "mine", "algorithm": "tests.test_validation:_PPOWithAKeyAddedSince", "backend": "compiled"}}
+    assert with_later_keys(stored)["algo"]["smoothing"] == 0.0
+    assert "smoothing" not in with_later_keys({**stored, "algo": {**stored["algo"], "algorithm": "ppo"}})["algo"]
 
 
 @dataclasses.dataclass

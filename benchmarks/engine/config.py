@@ -28,10 +28,10 @@ def with_later_keys(config: dict) -> dict:
     """A stored run's config (summary.json, checkpoint) with every key it predates set to the value it ran
     with, as the schema declares it (`Before(...)` in a key's annotation in the Config dataclasses), so that a stored
     run compares key by key with a config composed today (skip and resume) and retrains as it ran (reproduce).
-    The algo keys any algorithm's schema declares are filled for every run, whatever its algorithm (both
-    sides of a comparison get them alike)."""
+    The algo keys any registered algorithm's schema declares are filled for every run, whatever its algorithm (both
+    sides of a comparison get them alike); a module:Class of one's own adds its schema's, on its runs only."""
     # imported here: validate imports the algorithms, which this module's importers may still be loading
-    from algorithms import ALGORITHMS
+    from algorithms import ALGORITHMS, algorithm_class
     from algorithms.schema import fill_missing, values_before
     from benchmarks.engine.validate import EnvConfig, RunConfig, TokenTaskEnvConfig
 
@@ -41,6 +41,12 @@ def with_later_keys(config: dict) -> dict:
             assert later_algo_keys.get(name, value) == value, f"two schemas say algo.{name} was {value} and " \
                                                               f"{later_algo_keys[name]} before it existed"
             later_algo_keys[name] = value
+    kind = config.get("algo", {}).get("algorithm")
+    if kind not in ALGORITHMS:
+        try:
+            later_algo_keys |= values_before(algorithm_class(kind).Config)
+        except ValueError:  # a run of a retired name or of a module not importable here: the registry's keys
+            pass
     token_task = config.get("env", {}).get("family") == "rlhf"  # a token task's own keys, on its runs only
     later = {**values_before(RunConfig), "env": values_before(TokenTaskEnvConfig if token_task else EnvConfig),
              "algo": later_algo_keys}
