@@ -992,7 +992,27 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                     f"with masked rows, as a population pads every seed's minibatches to one shape: "
                                     f"take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
                                     f"(algorithms/core.py)")
+                elif reads_values_in_python(algorithm, phase, plain):
+                    problems.append(f"{name}.{phase.loss} reads a tensor's value in Python (.item(), float(), or an "
+                                    f"`if` on a tensor): a population runs the loss over a seed axis, where a value is "
+                                    f"one per seed, not a Python number; write it with tensor ops (torch.where, "
+                                    f"torch.clamp), or declare population_update = \"per_seed\" in the class")
     return problems
+
+
+def reads_values_in_python(algorithm, phase, minibatch: dict) -> bool:
+    """Whether the phase's loss, run over a seed axis (torch.func.vmap, as the population step runs it), turns a
+    tensor's value into Python: what vmap refuses (.item(), a branch on a tensor), found before any run."""
+    def terms(seed_minibatch: dict) -> list[torch.Tensor]:
+        found = algorithm.phase_terms(phase, seed_minibatch, {}).values()
+        return [term for term in found if isinstance(term, torch.Tensor)]
+
+    try:
+        with torch.no_grad():
+            torch.func.vmap(terms)({key: torch.stack([value, value]) for key, value in minibatch.items()})
+    except RuntimeError as error:
+        return str(error).startswith("vmap: It looks like you're")  # .item(), or data-dependent control flow
+    return False
 
 
 def forward_problems(algorithm, obs_dim: int) -> list[str]:

@@ -345,6 +345,27 @@ class PPOShrinkingItsScaleInTheLoss(PPOWithScaledInputs):
         return super().entropy_term(new, minibatch, stats)
 
 
+class PPOScalingItsBonusByAPythonNumber(PPO):
+    """Turns a tensor into a Python number in its loss (.item()): fine alone, not over a seed axis."""
+
+    def entropy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        term = super().entropy_term(new, minibatch, stats)
+        return term * (2.0 if stats["entropy"].item() < 0 else 1.0)
+
+
+class PPOBranchingOnItsValueLoss(PPO):
+    """Branches in Python on a tensor's value in its loss."""
+
+    def value_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        term = super().value_term(new, minibatch, stats)
+        return term * 0.5 if term > 100 else term
+
+
+READS_VALUES = ("reads a tensor's value in Python (.item(), float(), or an `if` on a tensor): a population runs the "
+                "loss over a seed axis, where a value is one per seed, not a Python number; write it with tensor ops "
+                "(torch.where, torch.clamp), or declare population_update = \"per_seed\" in the class")
+
+
 @pytest.mark.parametrize("variant, message", [
     (PPOReadingRawRewards, "PPOReadingRawRewards.loss_keys names 'raw_rewards', which its flatten_rollout does not "
                            "give (it gives 'obs', 'actions', 'log_probs', 'values', 'advantages', 'returns'): add the "
@@ -368,11 +389,14 @@ class PPOShrinkingItsScaleInTheLoss(PPOWithScaledInputs):
                         "global stream): a population's compiled loss draws none; draw them outside the loss, or "
                         "declare population_update = \"per_seed\" in the class (its own update, seed by seed, in "
                         "each seed's own streams)"),
+    (PPOScalingItsBonusByAPythonNumber, f"PPOScalingItsBonusByAPythonNumber.loss_terms {READS_VALUES}"),
+    (PPOBranchingOnItsValueLoss, f"PPOBranchingOnItsValueLoss.loss_terms {READS_VALUES}"),
 ])
 def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
     """A loss key the batch lacks, a term left per row, a loss that counts its calls in the algorithm object, a
-    mean taken with x.mean() instead of masked_mean (a population would average over its padding), or a term that
-    draws random numbers: refused at config time, naming what; the check leaves the global streams as they were.
+    mean taken with x.mean() instead of masked_mean (a population would average over its padding), a term that
+    draws random numbers, or one that reads a tensor's value in Python (.item(), an `if` on a tensor: the run
+    failed at its first update, in vmap's words): refused at config time, naming what; the check leaves the global streams as they were.
     The same penalty with masked_mean, the eager backend, and every shipped preset pass (tests/test_validation.py
     validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
