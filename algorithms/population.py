@@ -992,27 +992,39 @@ def loss_problems(algorithm, obs_dim: int, action_shape: tuple) -> list[str]:
                                     f"with masked rows, as a population pads every seed's minibatches to one shape: "
                                     f"take every mean over rows with masked_mean(x, minibatch.get(\"mask\")) "
                                     f"(algorithms/core.py)")
-                elif reads_values_in_python(algorithm, phase, plain):
-                    problems.append(f"{name}.{phase.loss} reads a tensor's value in Python (.item(), float(), or an "
-                                    f"`if` on a tensor): a population runs the loss over a seed axis, where a value is "
-                                    f"one per seed, not a Python number; write it with tensor ops (torch.where, "
-                                    f"torch.clamp), or declare population_update = \"per_seed\" in the class")
+                else:
+                    refused = what_vmap_refuses(algorithm, phase, plain)
+                    if refused:
+                        problems.append(f"{name}.{phase.loss} cannot run over a seed axis, as a population runs it "
+                                        f"({refused}): over that axis a value is one per seed, so the loss may not "
+                                        f"read one in Python (.item(), .tolist(), an `if` on a tensor or on a loss "
+                                        f"input) nor give a tensor a shape its values decide (boolean-mask indexing, "
+                                        f"nonzero); write it with tensor ops (torch.where, torch.clamp, masked_mean), "
+                                        f"or declare population_update = \"per_seed\" in the class")
     return problems
 
 
-def reads_values_in_python(algorithm, phase, minibatch: dict) -> bool:
-    """Whether the phase's loss, run over a seed axis (torch.func.vmap, as the population step runs it), turns a
-    tensor's value into Python: what vmap refuses (.item(), a branch on a tensor), found before any run."""
-    def terms(seed_minibatch: dict) -> list[torch.Tensor]:
-        found = algorithm.phase_terms(phase, seed_minibatch, {}).values()
-        return [term for term in found if isinstance(term, torch.Tensor)]
-
+def what_vmap_refuses(algorithm, phase, minibatch: dict) -> str | None:
+    """The first sentence of vmap's refusal where the phase's step, run as the population runs it (eager:
+    torch.func.vmap over a seed axis of two, of each seed's parameters, buffers, loss inputs, minibatch and
+    learning rate, the gradient and the optimizer's step), is refused; None where it runs, or fails otherwise
+    (left to the run, which says why)."""
+    step = PopulationStep(algorithm, phase, mode="eager")
+    flat = step.layout.flatten(algorithm.policy)
+    moments = {key: torch.zeros_like(flat) for key in ("exp_avg", "exp_avg_sq")} if step.steps_adam else {}
+    if step.steps_adam:
+        moments["step"] = torch.zeros((), dtype=flat.dtype)
+    seed_inputs = (flat, moments, minibatch, torch.tensor(1e-3, dtype=flat.dtype), torch.tensor(True),
+                   {key: as_loss_input(value) for key, value in algorithm.loss_inputs().items()},
+                   buffer_values(algorithm.policy))
+    two_seeds = pytree.tree_map(lambda value: torch.stack([value, value]), seed_inputs)
     try:
-        with torch.no_grad():
-            torch.func.vmap(terms)({key: torch.stack([value, value]) for key, value in minibatch.items()})
-    except RuntimeError as error:
-        return str(error).startswith("vmap: It looks like you're")  # .item(), or data-dependent control flow
-    return False
+        torch.func.vmap(step.one_seed)(*two_seeds)
+    except Exception as error:
+        text = str(error)
+        if text.startswith("vmap:") or "data pointer" in text:  # .tolist() and .numpy() reach for the data
+            return text.split(". ")[0]
+    return None
 
 
 def forward_problems(algorithm, obs_dim: int) -> list[str]:

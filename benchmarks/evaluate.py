@@ -52,7 +52,7 @@ def load_agent(checkpoint_path: Path):
     try:
         algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, num_iterations,
                                     network=task_network(cfg.env))
-    except ValueError as error:  # algo.algorithm=module:Class whose module is not importable here
+    except ValueError as error:  # an algorithm this checkout cannot build (a module:Class not importable here)
         raise CheckpointError(f"{checkpoint_path}: {error}") from None
     # the policy is all an evaluation needs (an optimizer's state may be of a retired backend's layout)
     algorithm.policy.load_state_dict(checkpoint["algorithm"]["policy"])

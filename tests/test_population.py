@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -16,6 +19,7 @@ import torch
 from algorithms import ALGORITHMS
 from algorithms.core import MLP
 from algorithms.ppo import PPO, Batch, Evaluation
+from algorithms.ppo_kl import PPOKL
 from algorithms.population import LossReadError, PopulationBatch
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
@@ -178,7 +182,6 @@ def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trai
     """algo.algorithm=module:Class: this file's variant, named on run.py's command line (no registry entry), under a
     name of its own, defaults to the population engine and trains vectorized as a population; each seed's summary
     names the class, and `benchmarks.reproduce` reruns it (no preset of that name: PPO's defaults under its config)."""
-    from benchmarks.reproduce import algorithm_not_importable
     from benchmarks.reproduce import main as reproduce
 
     variant = "tests.test_population:PPOWithActionPenalty"
@@ -195,12 +198,23 @@ def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trai
     with pytest.raises(SystemExit) as exited:
         reproduce([str(tmp_path / "seed1")])
     assert exited.value.code == 0, capsys.readouterr().out
+    # where the module cannot be imported (evaluate started elsewhere, without the repository on its path; a run
+    # whose module is gone), each command says so in one line
+    elsewhere = subprocess.run([sys.executable, "-m", "benchmarks.evaluate", str(tmp_path / "seed1")], cwd=tmp_path,
+                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert elsewhere.returncode == 2 and elsewhere.stderr.strip().splitlines()[-1].endswith(
+        f"checkpoint.pt: algo.algorithm={variant}: its module tests.test_population cannot be imported "
+        f"(ModuleNotFoundError: No module named 'tests')"), elsewhere.stderr
     summary["config"]["algo"]["algorithm"] = "nosuchmodule:PPOWithActionPenalty"
     (tmp_path / "seed1" / "summary.json").write_text(json.dumps(summary))
-    assert algorithm_not_importable(tmp_path / "seed1") == (
-        "not rerun: algo.algorithm=nosuchmodule:PPOWithActionPenalty: its module nosuchmodule cannot be imported "
-        "(ModuleNotFoundError: No module named 'nosuchmodule') (its module must be importable, as where the run was "
-        "made)")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        reproduce([str(tmp_path / "seed1")])
+    assert exited.value.code == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{tmp_path / 'seed1'}: not rerun: algo.algorithm=nosuchmodule:PPOWithActionPenalty: its module nosuchmodule "
+        f"cannot be imported (ModuleNotFoundError: No module named 'nosuchmodule') (its module must be importable, as "
+        f"where the run was made)")
 
 
 class PPOWithUnmaskedPenalty(PPOWithActionPenalty):
@@ -361,9 +375,34 @@ class PPOBranchingOnItsValueLoss(PPO):
         return term * 0.5 if term > 100 else term
 
 
-READS_VALUES = ("reads a tensor's value in Python (.item(), float(), or an `if` on a tensor): a population runs the "
-                "loss over a seed axis, where a value is one per seed, not a Python number; write it with tensor ops "
-                "(torch.where, torch.clamp), or declare population_update = \"per_seed\" in the class")
+class PPOKeepingThePositiveAdvantages(PPO):
+    """Indexes with a boolean mask in its loss: a shape its values decide."""
+
+    def policy_term(self, new: Evaluation, minibatch: Batch, stats: dict) -> torch.Tensor:
+        term = super().policy_term(new, minibatch, stats)
+        return term - 0.0 * new.advantages[new.advantages > 0].sum()
+
+
+class PPOKLBranchingOnItsBeta(PPOKL):
+    """Branches in Python on a loss input (PPO-KL's beta, each seed's own tensor in a population)."""
+
+    def loss_terms(self, new: Evaluation, minibatch: Batch, stats: dict) -> dict[str, torch.Tensor]:
+        terms = super().loss_terms(new, minibatch, stats)
+        if self.kl_beta > 10:
+            terms["kl_penalty"] = terms["kl_penalty"] * 0.5
+        return terms
+
+
+def cannot_run_over_seeds(variant: str, refusal: str) -> str:
+    return (f"{variant}.loss_terms cannot run over a seed axis, as a population runs it ({refusal}): over that axis a "
+            f"value is one per seed, so the loss may not read one in Python (.item(), .tolist(), an `if` on a tensor or "
+            f"on a loss input) nor give a tensor a shape its values decide (boolean-mask indexing, nonzero); write it "
+            f"with tensor ops (torch.where, torch.clamp, masked_mean), or declare population_update = \"per_seed\" in "
+            f"the class")
+
+
+ITEM_OR_BRANCH = ("vmap: It looks like you're either (1) calling .item() on a Tensor or (2) attempting to use a Tensor "
+                  "in some data-dependent control flow or (3) encountering this error in PyTorch internals")
 
 
 @pytest.mark.parametrize("variant, message", [
@@ -389,14 +428,18 @@ READS_VALUES = ("reads a tensor's value in Python (.item(), float(), or an `if` 
                         "global stream): a population's compiled loss draws none; draw them outside the loss, or "
                         "declare population_update = \"per_seed\" in the class (its own update, seed by seed, in "
                         "each seed's own streams)"),
-    (PPOScalingItsBonusByAPythonNumber, f"PPOScalingItsBonusByAPythonNumber.loss_terms {READS_VALUES}"),
-    (PPOBranchingOnItsValueLoss, f"PPOBranchingOnItsValueLoss.loss_terms {READS_VALUES}"),
+    (PPOScalingItsBonusByAPythonNumber, cannot_run_over_seeds("PPOScalingItsBonusByAPythonNumber", ITEM_OR_BRANCH)),
+    (PPOBranchingOnItsValueLoss, cannot_run_over_seeds("PPOBranchingOnItsValueLoss", ITEM_OR_BRANCH)),
+    (PPOKLBranchingOnItsBeta, cannot_run_over_seeds("PPOKLBranchingOnItsBeta", ITEM_OR_BRANCH)),
+    (PPOKeepingThePositiveAdvantages, cannot_run_over_seeds(
+        "PPOKeepingThePositiveAdvantages", "vmap: We do not support batching operators that can support dynamic shape")),
 ])
 def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(variant, message, monkeypatch):
     """A loss key the batch lacks, a term left per row, a loss that counts its calls in the algorithm object, a
     mean taken with x.mean() instead of masked_mean (a population would average over its padding), a term that
-    draws random numbers, or one that reads a tensor's value in Python (.item(), an `if` on a tensor: the run
-    failed at its first update, in vmap's words): refused at config time, naming what; the check leaves the global streams as they were.
+    draws random numbers, or one that cannot run over a seed axis (.item(), an `if` on a tensor or on a loss input,
+    boolean-mask indexing: the run failed at its first update, in vmap's words): refused at config time, naming
+    what; the check leaves the global streams as they were.
     The same penalty with masked_mean, the eager backend, and every shipped preset pass (tests/test_validation.py
     validates every shipped config)."""
     from benchmarks.engine.validate import ConfigError, validate_config
@@ -405,8 +448,10 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
 
     import numpy as np
 
-    monkeypatch.setitem(ALGORITHMS, "ppo", variant)
-    cfg = compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]"])
+    preset = "ppo_kl" if issubclass(variant, PPOKL) else "ppo"  # its keys: PPO-KL's variant needs PPO-KL's preset
+    shipped = ALGORITHMS[preset]
+    monkeypatch.setitem(ALGORITHMS, preset, variant)
+    cfg = compose_config([*short_run("Pendulum", preset, 1), "seeds=[0,1]"])
     torch.manual_seed(7)
     np.random.seed(7)
     np.random.standard_normal(3)  # a stream already drawn from: a later draw moves its position, not its key
@@ -417,10 +462,10 @@ def test_a_loss_a_population_would_train_differently_is_refused_in_one_line(vari
     assert np.random.get_state()[2] == numpy_state[2] and random.getstate() == python_state
     drawn = torch.rand(3)
     torch.manual_seed(7)
-    PPO(3, 2, False, cfg.algo, 1)  # what validation itself draws: one small instance of the algorithm
+    shipped(3, 2, False, cfg.algo, 1)  # what validation itself draws: one small instance of the algorithm
     assert torch.equal(torch.rand(3), drawn)
-    validate_config(compose_config([*short_run("Pendulum", "ppo", 1), "seeds=[0,1]", "algo.backend=torch"]))
-    monkeypatch.setitem(ALGORITHMS, "ppo", PPOWithActionPenalty)
+    validate_config(compose_config([*short_run("Pendulum", preset, 1), "seeds=[0,1]", "algo.backend=torch"]))
+    monkeypatch.setitem(ALGORITHMS, preset, PPOWithActionPenalty if preset == "ppo" else shipped)
     validate_config(cfg)
 
 
@@ -910,10 +955,6 @@ print(program(torch.arange(12.0).reshape(3, 4)).sum().item())
 def test_a_damaged_kernel_in_the_compile_cache_is_removed_and_compiled_again(tmp_path):
     """An empty or cut kernel file in inductor's on-disk cache would fail every later run of that program; the engine
     removes it, says so in one line, and compiles it again."""
-    import os
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
 
     environment = {**os.environ, "POPULATION_COMPILE": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}

@@ -14,6 +14,7 @@ from benchmarks.engine.validate import (
     config_rules,
     validate_config,
 )
+from algorithms.hp3o import HP3O
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.schema import Before, PositiveInt, number_between, one_of, positive_int
 from benchmarks.engine.logger import flatten
@@ -61,11 +62,14 @@ BAD_CONFIGS = [
     (["algo.name=mine", "algo.algorithm=algorithms.interface:Algorithm"], "algo.algorithm=algorithms.interface:"
      "Algorithm: algorithms.interface.Algorithm leaves methods of the algorithm interface abstract: act, "
      "act_deterministic, load_state_dict, named_parameters, state_dict, update, value (PPO implements them all)"),
-    (["algo.algorithm=algorithms.ppo:PPO"], "algo.name=ppo is the preset conf/algo/ppo.yaml, whose algorithm is ppo: "
-     "algo.algorithm=algorithms.ppo:PPO under that name would be stored and reported as its runs; give the variant a "
-     "name of its own (algo.name=<name>, or a preset conf/algo/<name>.yaml with `algorithm: algorithms.ppo:PPO`)"),
-    (["algo=hp3o_plus", "algo.algorithm=algorithms.hp3o:HP3O"], "algo.name=hp3o_plus is the preset "
-     "conf/algo/hp3o_plus.yaml, whose algorithm is hp3o: algo.algorithm=algorithms.hp3o:HP3O under that name"),
+    (["algo.algorithm=algorithms.ppo_kl:PPOKL", "+algo.kl_target=0.01", "+algo.kl_beta_init=1.0",
+      "+algo.kl_tolerance=1.5", "+algo.kl_factor=2.0"], "algo.name=ppo is the preset conf/algo/ppo.yaml, whose algorithm "
+     "is ppo: algo.algorithm=algorithms.ppo_kl:PPOKL under that name would be stored and reported as its runs; give the "
+     "variant a name of its own (algo.name=<name>, or a preset conf/algo/<name>.yaml with `algorithm: "
+     "algorithms.ppo_kl:PPOKL`)"),
+    (["algo=hp3o_plus", "algo.algorithm=tests.test_validation:_HP3OVariant"], "algo.name=hp3o_plus is the preset "
+     "conf/algo/hp3o_plus.yaml, whose algorithm is hp3o: algo.algorithm=tests.test_validation:_HP3OVariant under that "
+     "name"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
@@ -145,6 +149,8 @@ def test_a_preset_of_ones_own_may_name_a_module_class_and_only_its_own(preset_al
     config = make_config(["env=CartPole", "algo.name=mine", "algo.algorithm=tests.test_population:PPOWithActionPenalty"])
     if preset_algorithm != "ppo":
         validate_config(config)
+        # the class a preset's registry key names, typed by its module:Class name, is that preset's own
+        validate_config(make_config(["env=CartPole", "algo=ppo_kl", "algo.algorithm=algorithms.ppo_kl:PPOKL"]))
         return
     with pytest.raises(ConfigError, match="^algo.name=mine is the preset conf/algo/mine.yaml, whose algorithm is ppo: "):
         validate_config(config)
@@ -214,6 +220,10 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
                                                 "outer_optimizer": {"sigma_eff": None}}}
     newer = {"seed": 3, "seeds": [3, 4], "env": {"name": "CartPole"}, "algo": {"backend": "numpy"}}
     assert with_later_keys(newer)["seeds"] == [3, 4] and with_later_keys(newer)["algo"]["backend"] == "numpy"
+
+
+class _HP3OVariant(HP3O):
+    """A variant of HP3O of one's own (module:Class), with HP3O's keys."""
 
 
 @dataclasses.dataclass

@@ -418,6 +418,14 @@ def readable_shape(value) -> tuple | None:
 ALGO_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "algo"
 
 
+def same_class(kind: str, cls: type) -> bool:
+    """Whether algo.algorithm=kind names the class cls (a registry key and its module:Class name the same)."""
+    try:
+        return algorithm_class(kind) is cls
+    except ValueError:
+        return False
+
+
 def preset_algorithm(name: str) -> str | None:
     """The `algorithm` of the preset conf/algo/<name>.yaml, read through its defaults (hp3o_plus's is hp3o's); None
     where no such preset exists."""
@@ -460,7 +468,7 @@ def _cross_checks(data: dict) -> list[str]:
     errors += network_size_problems(algo)
     algorithm = algorithm_class(algo["algorithm"])
     named = preset_algorithm(algo["name"])
-    if named is not None and named != algo["algorithm"]:
+    if named is not None and named != algo["algorithm"] and not same_class(named, algorithm):
         errors.append(f"algo.name={algo['name']} is the preset conf/algo/{algo['name']}.yaml, whose algorithm is "
                       f"{named}: algo.algorithm={algo['algorithm']} under that name would be stored and reported as "
                       f"its runs; give the variant a name of its own (algo.name=<name>, or a preset "
