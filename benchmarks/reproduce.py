@@ -35,7 +35,7 @@ from benchmarks import numerics
 from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.config import RETIRED_BACKENDS, compose_config, with_later_keys
 from benchmarks.engine.logger import TIMING_COLUMNS, read_csv_complete_rows
-from benchmarks.engine.run_dir import machine
+from benchmarks.engine.run_dir import machine, module_source
 from benchmarks.engine.validate import ALGO_PRESETS
 from benchmarks.engine.trainer import train
 from benchmarks.arguments import existing_directory
@@ -111,6 +111,19 @@ def not_comparable_here(run_dir: Path) -> str | None:
         return None
     return (f"made with native kernels on {stored['cpu']}; this machine is {machine()['cpu']}: bit-identity is "
             f"promised only for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
+
+
+def source_note(run_dir: Path) -> str | None:
+    """Why numbers may differ: the run's algorithm is a module:Class whose module's file has changed since."""
+    stored = json.loads((run_dir / "summary.json").read_text()).get("algorithm_source")
+    if not stored or not stored.get("sha256"):
+        return None
+    now = module_source(stored["module"])
+    if now == stored:
+        return None
+    return (f"its algorithm's module {stored['module']} has changed since the run (sha256 {stored['sha256'][:12]} of "
+            f"{stored['file']} then, {now['sha256'][:12] if now['sha256'] else 'none'} of {now['file']} now): a "
+            f"difference below may be the code's")
 
 
 def algorithm_not_importable(run_dir: Path) -> str | None:
@@ -262,9 +275,9 @@ def main(argv: list[str] | None = None) -> None:
             lines = compare_logs(run_dir, reruns.of(run_dir))
             differing += any(line.startswith("DIFF") for line in lines)
             print(f"{run_dir}:")
-            note = machine_note(run_dir)
-            if note:
-                print(f"  note: {note}")
+            for note in (machine_note(run_dir), source_note(run_dir)):
+                if note:
+                    print(f"  note: {note}")
             for line in lines:
                 print(f"  {line}")
     if args.tally:

@@ -5,12 +5,14 @@ of its own; what a population cannot run is refused by its text; a killed popula
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -195,9 +197,19 @@ def test_a_variant_of_a_module_of_ones_own_is_named_on_the_command_line_and_trai
         assert (summary["status"], summary["config"]["algo"]["name"]) == ("complete", "ppo_action_penalty")
         assert (summary["config"]["algo"]["algorithm"], summary["config"]["algo"]["backend"]) == (variant, "compiled")
         assert summary["batched"]["trained_together"] == [0, 1] and summary["batched"]["program"] == "eager"
+    # the module's file and hash are recorded beside the commit; reproduce notes a module changed since
+    this_file = str(Path(__file__).resolve())
+    this_hash = hashlib.sha256(Path(this_file).read_bytes()).hexdigest()
+    assert summary["algorithm_source"] == {"module": "tests.test_population", "file": this_file, "sha256": this_hash}
+    summary["algorithm_source"]["sha256"] = "0" * 64
+    (tmp_path / "seed1" / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(SystemExit) as exited:
         reproduce([str(tmp_path / "seed1")])
-    assert exited.value.code == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert exited.value.code == 0, printed
+    assert (f"  note: its algorithm's module tests.test_population has changed since the run (sha256 000000000000 of "
+            f"{this_file} then, {this_hash[:12]} of {this_file} now): a difference below may be the code's"
+            in printed.splitlines()), printed
     # where the module cannot be imported (evaluate started elsewhere, without the repository on its path; a run
     # whose module is gone), each command says so in one line
     elsewhere = subprocess.run([sys.executable, "-m", "benchmarks.evaluate", str(tmp_path / "seed1")], cwd=tmp_path,

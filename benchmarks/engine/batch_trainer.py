@@ -57,7 +57,7 @@ from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable, time_limit
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
-from benchmarks.engine.run_dir import git_commit, machine, run_label, run_lock, versions
+from benchmarks.engine.run_dir import algorithm_source, git_commit, machine, run_label, run_lock, versions
 from benchmarks.engine.trainer import (
     NonFiniteError,
     PhaseTimes,
@@ -811,6 +811,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             run.close()
 
     summaries = []
+    # a module:Class of one's own: its module's file and hash beside the commit, which may not hold it
+    source = {"algorithm_source": algorithm_source(cfg.algo.algorithm)} if ":" in cfg.algo.algorithm else {}
     for run in [run for run in runs if run.active]:
         wall_time = time.perf_counter() - run.start_time  # the loop's time over every segment
         summaries.append(run.write_summary(
@@ -819,5 +821,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             final_eval_return_std=run.last_eval["eval_return_std"] if run.last_eval else None,
             sps=run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
             phase_seconds=run.phases.seconds,  # the batch's: every seed shares its loop
-            batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config))
+            batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config,
+            **source))
     return summaries

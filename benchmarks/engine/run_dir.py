@@ -4,6 +4,8 @@ summary records the versions, the machine and the commit it was made with."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
 import os
 import platform
 import subprocess
@@ -98,6 +100,21 @@ def machine() -> dict:
         "numpy_blas": np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name"),
         "numerics": kernels,
     }
+
+
+def algorithm_source(kind: str) -> dict | None:
+    """Where the code of a module:Class algorithm came from: its module's file and the sha256 of that file (the
+    commit records the suite's code; a module of one's own may live outside it). None for a registered name."""
+    return module_source(kind.split(":")[0]) if isinstance(kind, str) and ":" in kind else None
+
+
+def module_source(module_name: str) -> dict:
+    """A module's file and the sha256 of its bytes (None for both where the module has no file)."""
+    file = getattr(importlib.import_module(module_name), "__file__", None)
+    if file is None:
+        return {"module": module_name, "file": None, "sha256": None}
+    return {"module": module_name, "file": str(Path(file).resolve()),
+            "sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest()}
 
 
 def git_commit() -> str | None:
