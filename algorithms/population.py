@@ -1009,16 +1009,16 @@ def what_vmap_refuses(algorithm, phase, minibatch: dict) -> str | None:
     torch.func.vmap over a seed axis of two, of each seed's parameters, buffers, loss inputs, minibatch and
     learning rate, the gradient and the optimizer's step), is refused; None where it runs, or fails otherwise
     (left to the run, which says why)."""
-    step = PopulationStep(algorithm, phase, mode="eager")
-    flat = step.layout.flatten(algorithm.policy)
-    moments = {key: torch.zeros_like(flat) for key in ("exp_avg", "exp_avg_sq")} if step.steps_adam else {}
-    if step.steps_adam:
-        moments["step"] = torch.zeros((), dtype=flat.dtype)
-    seed_inputs = (flat, moments, minibatch, torch.tensor(1e-3, dtype=flat.dtype), torch.tensor(True),
-                   {key: as_loss_input(value) for key, value in algorithm.loss_inputs().items()},
-                   buffer_values(algorithm.policy))
-    two_seeds = pytree.tree_map(lambda value: torch.stack([value, value]), seed_inputs)
     try:
+        step = PopulationStep(algorithm, phase, mode="eager")
+        flat = step.layout.flatten(algorithm.policy)
+        moments = {key: torch.zeros_like(flat) for key in ("exp_avg", "exp_avg_sq")} if step.steps_adam else {}
+        if step.steps_adam:
+            moments["step"] = torch.zeros((), dtype=flat.dtype)
+        seed_inputs = (flat, moments, minibatch, torch.tensor(1e-3, dtype=flat.dtype), torch.tensor(True),
+                       {key: as_loss_input(value) for key, value in algorithm.loss_inputs().items()},
+                       buffer_values(algorithm.policy))
+        two_seeds = pytree.tree_map(lambda value: torch.stack([value, value]), seed_inputs)
         torch.func.vmap(step.one_seed)(*two_seeds)
     except Exception as error:
         text = str(error)

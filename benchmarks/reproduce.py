@@ -119,7 +119,7 @@ def source_note(run_dir: Path) -> str | None:
     if not stored or not stored.get("sha256"):
         return None
     now = module_source(stored["module"])
-    if now == stored:
+    if now["sha256"] == stored["sha256"]:  # the same bytes, wherever the file now lies
         return None
     return (f"its algorithm's module {stored['module']} has changed since the run (sha256 {stored['sha256'][:12]} of "
             f"{stored['file']} then, {now['sha256'][:12] if now['sha256'] else 'none'} of {now['file']} now): a "
