@@ -424,6 +424,11 @@ def as_loss_input(value) -> torch.Tensor:
     return value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float32)
 
 
+def loss_input_tensors(algorithm) -> dict[str, torch.Tensor]:
+    """One seed's loss inputs as the program takes them (as_loss_input), by name."""
+    return {name: as_loss_input(value) for name, value in algorithm.loss_inputs().items()}
+
+
 def module_values(policy: nn.Module) -> dict:
     """The numbers, flags, strings and tensors a policy's modules hold as plain attributes (not parameters or
     buffers), by module.attribute; tensors copied."""
@@ -662,8 +667,8 @@ class PopulationBatch:
         self.params = stack_parameters(self.policies)  # begin_update may have moved a seed (a biased start)
         buffers = self.seed_buffers()  # as begin_update left them
         self.refuse_policy_values_that_differ(active)  # as the rollout read them, and begin_update left them
-        inputs = {name: torch.stack([as_loss_input(a.loss_inputs()[name]) for a in algorithms])
-                  for name in lead.loss_inputs()}
+        seed_inputs = [loss_input_tensors(algorithm) for algorithm in algorithms]
+        inputs = {name: torch.stack([seed[name] for seed in seed_inputs]) for name in lead.loss_inputs()}
         reading = next(batch for batch, on in zip(batches, active) if on)
         for step in self.steps:
             step.refuse_stale_reads(algorithms, active, reading)
@@ -1012,12 +1017,10 @@ def what_vmap_refuses(algorithm, phase, minibatch: dict) -> str | None:
     try:
         step = PopulationStep(algorithm, phase, mode="eager")
         flat = step.layout.flatten(algorithm.policy)
-        moments = {key: torch.zeros_like(flat) for key in ("exp_avg", "exp_avg_sq")} if step.steps_adam else {}
-        if step.steps_adam:
-            moments["step"] = torch.zeros((), dtype=flat.dtype)
+        moments = ({"step": torch.zeros((), dtype=flat.dtype), "exp_avg": torch.zeros_like(flat),
+                    "exp_avg_sq": torch.zeros_like(flat)} if step.steps_adam else {})
         seed_inputs = (flat, moments, minibatch, torch.tensor(1e-3, dtype=flat.dtype), torch.tensor(True),
-                       {key: as_loss_input(value) for key, value in algorithm.loss_inputs().items()},
-                       buffer_values(algorithm.policy))
+                       loss_input_tensors(algorithm), buffer_values(algorithm.policy))
         two_seeds = pytree.tree_map(lambda value: torch.stack([value, value]), seed_inputs)
         torch.func.vmap(step.one_seed)(*two_seeds)
     except Exception as error:
@@ -1130,7 +1133,7 @@ def attributes_the_loss_reads(algorithm, phase, batch: dict) -> list[str]:
 
     rows = len(batch["obs"])
     minibatch = {**{key: batch[key] for key in clone.loss_keys}, MASK: torch.ones(rows)}
-    inputs = {name: as_loss_input(value) for name, value in clone.loss_inputs().items()}
+    inputs = loss_input_tensors(clone)
     clone.__class__ = Recording
     try:
         with torch.no_grad(), global_streams_kept(), clone.bound_loss_inputs(inputs):

@@ -468,7 +468,7 @@ def _cross_checks(data: dict) -> list[str]:
     errors += network_size_problems(algo)
     algorithm = algorithm_class(algo["algorithm"])
     named = preset_algorithm(algo["name"])
-    if named is not None and named != algo["algorithm"] and not same_class(named, algorithm):
+    if named is not None and not same_class(named, algorithm):
         errors.append(f"algo.name={algo['name']} is the preset conf/algo/{algo['name']}.yaml, whose algorithm is "
                       f"{named}: algo.algorithm={algo['algorithm']} under that name would be stored and reported as "
                       f"its runs; give the variant a name of its own (algo.name=<name>, or a preset "
