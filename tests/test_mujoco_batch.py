@@ -37,6 +37,17 @@ def resumed(envs: LockstepEnvs, env_id: str, **kwargs) -> LockstepEnvs:
     return LockstepEnvs(fresh, batched_physics=True)
 
 
+def step_both_alike(gymnasium: LockstepEnvs, batched: LockstepEnvs, actions, active, t: int) -> np.ndarray:
+    """One step of both env layers, which must give the same numbers, bit for bit; the episodes that ended."""
+    expected_obs, expected_ended = gymnasium.step(actions, active)
+    obs, ended = batched.step(actions, active)
+    assert np.array_equal(obs, expected_obs), t
+    assert np.array_equal(ended, expected_ended), t
+    for name in ("rewards", "terminated", "truncated", "episode_returns", "episode_lengths", "autoreset"):
+        assert np.array_equal(getattr(batched, name), getattr(gymnasium, name)), (t, name)
+    return expected_ended
+
+
 @pytest.mark.parametrize("env_id, kwargs, min_ends", [
     ("HalfCheetah-v5", {}, 6),  # 1,000-step time limits only
     ("HalfCheetah-v5", {"exclude_current_positions_from_observation": False, "ctrl_cost_weight": 0.5,
@@ -58,12 +69,7 @@ def test_batched_physics_steps_bit_for_bit_as_gymnasium(env_id, kwargs, min_ends
     for t in range(2400):
         actions = rng.normal(0.0, 1.5, (SEEDS, NUM_ENVS, action_dim)).astype(np.float32)  # beyond the bounds too
         active = np.array([True, t % 7 != 3, t < 2000])  # a stopped seed is not stepped
-        expected_obs, expected_ended = gymnasium.step(actions, active)
-        obs, ended = batched.step(actions, active)
-        assert np.array_equal(obs, expected_obs), t
-        assert np.array_equal(ended, expected_ended), t
-        for name in ("rewards", "terminated", "truncated", "episode_returns", "episode_lengths", "autoreset"):
-            assert np.array_equal(getattr(batched, name), getattr(gymnasium, name)), (t, name)
+        expected_ended = step_both_alike(gymnasium, batched, actions, active, t)
         if t == 1111:  # mid-episode everywhere on HalfCheetah: TimeLimit's counts carried over too
             batched = resumed(batched, env_id, **kwargs)
         ends += int(expected_ended.sum())
@@ -100,8 +106,15 @@ def test_the_batch_carries_mujocos_whole_integration_state(env_id):
 
 
 def test_a_population_on_batched_physics_logs_what_it_logs_without_and_resumes_exactly(monkeypatch, tmp_path):
+    assert_batched_population_logs_what_it_logs_without("Hopper", batch_trainer, "BatchedLocomotion", monkeypatch,
+                                                         tmp_path)
+
+
+def assert_batched_population_logs_what_it_logs_without(env: str, module, kind: str, monkeypatch, tmp_path) -> None:
+    """A population of 2 seeds x 2 envs on the batch (module.kind, counted), paused mid-episode and resumed on
+    Gymnasium's step, logs every number it logs on Gymnasium's step throughout."""
     monkeypatch.setenv("POPULATION_COMPILE", "0")  # the same loop and parts as compiled, without compile time
-    overrides = ["env=Hopper", "algo=ppo", "algo.backend=compiled", "seeds=[0,1]", "env.num_envs=2",
+    overrides = [f"env={env}", "algo=ppo", "algo.backend=compiled", "seeds=[0,1]", "env.num_envs=2",
                  "env.num_steps=256", "env.hparams.update_epochs=2", "env.hparams.num_minibatches=2",
                  "total_steps=1536", "eval.every_steps=1024", "eval.episodes=1", "logging.progress_bar=false",
                  "logging.tensorboard=false"]
@@ -112,11 +125,16 @@ def test_a_population_on_batched_physics_logs_what_it_logs_without_and_resumes_e
         return dirs
 
     made = []
-    monkeypatch.setattr(batch_trainer, "BatchedLocomotion",
-                        lambda sub_envs: made.append(1) or mujoco_batch.BatchedLocomotion(sub_envs))
-    batched = run("batched")
+
+    class Counted(getattr(module, kind)):
+        def __init__(self, sub_envs):
+            made.append(1)
+            super().__init__(sub_envs)
+
+    monkeypatch.setattr(module, kind, Counted)
+    batched = run("batched", "batched_physics=true")
     assert made  # the population's envs stepped on the batch
-    paused = run("paused", "pause_at_steps=1000")  # checkpointed at 1024 steps, mid-episode
+    paused = run("paused", "pause_at_steps=1000", "batched_physics=true")  # checkpointed at 1024 steps, mid-episode
     assert [read_summary(d)["status"] for d in paused] == ["paused", "paused"]
     before = len(made)
     run("paused", "batched_physics=false")  # resumed on Gymnasium's step: the switch changes no number

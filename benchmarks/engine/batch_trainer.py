@@ -39,6 +39,7 @@ from algorithms import build_algorithm
 from algorithms.core import ObservationNormalizer, RewardScaler, Rollout, clip_symmetric, merge_moments
 from algorithms.population import EagerPopulation, PopulationBatch
 from benchmarks import numerics
+from benchmarks.engine import classic_batch
 from benchmarks.engine.checkpoint import (
     CHECKPOINT_FILES,
     CHECKPOINT_FORMAT,
@@ -320,12 +321,10 @@ class LockstepEnvs:
         space = vector_envs[0].single_action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         count, num_envs = len(vector_envs), len(self.sub_envs[0])
-        # the MuJoCo locomotion tasks step every sub-env's physics in one call (benchmarks/engine/mujoco_batch.py),
-        # by default from 4 sub-envs on: below that it gains nothing (results/tables/batched_physics.md);
-        # batched_physics (conf/config.yaml) True / False: whenever the task allows / never
-        if batched_physics is None:
-            batched_physics = count * num_envs >= 4
-        self.physics = BatchedLocomotion(self.sub_envs) if batched_physics and batchable(self.sub_envs) else None
+        # the MuJoCo locomotion tasks and CartPole step every sub-env's physics in one call where that gains
+        # (benchmarks/engine/mujoco_batch.py, classic_batch.py); batched_physics (conf/config.yaml) True / False:
+        # whenever the task allows / never
+        self.physics = one_call_physics(self.sub_envs, batched_physics)
         if self.physics is not None:
             self.time_limits = [[time_limit(env) for env in row] for row in self.sub_envs]
         self.rewards = np.zeros((count, num_envs))
@@ -426,6 +425,17 @@ class LockstepEnvs:
                 np.flatnonzero(stepping), actions.reshape(stepping.size, -1)[stepping.reshape(-1)])
             self.elapsed[stepping] += 1
             self.truncated[stepping] = self.elapsed[stepping] >= self.max_steps[stepping]
+
+
+def one_call_physics(sub_envs: list[list[gym.Env]], batched_physics: bool | None):
+    """The sub-envs' physics stepped in one call, where their task has such a step and batched_physics asks for it
+    (None: from the sub-env count at which the batch measured faster than Gymnasium's step, its `gains_from`,
+    results/tables/batched_physics*.md); else None: Gymnasium's step."""
+    count = sum(len(row) for row in sub_envs)
+    for kind, takes in ((BatchedLocomotion, batchable), (classic_batch.BatchedCartPole, classic_batch.batchable)):
+        if batched_physics is not False and takes(sub_envs):
+            return kind(sub_envs) if batched_physics or count >= kind.gains_from else None
+    return None
 
 
 class PerSeedEnvs:

@@ -45,6 +45,29 @@ class DropStepInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, {}
 
 
+# the wrappers gym.make and make_vector_env put around a task: none of them changes a step's numbers
+NEUTRAL_WRAPPERS = (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker, DropStepInfo)
+
+
+def one_task_under_neutral_wrappers(sub_envs: list[list[gym.Env]], tasks: tuple[type, ...]) -> bool:
+    """Whether every sub-env is one of `tasks`, all of one class and one set of arguments, under only the neutral
+    wrappers, with a TimeLimit: what a batched step of their physics (benchmarks/engine/mujoco_batch.py,
+    classic_batch.py) may stand in for."""
+    kinds, arguments = set(), set()
+    for env in (env for row in sub_envs for env in row):
+        arguments.add(repr(sorted((env.spec.kwargs if env.spec is not None else {}).items())))
+        layer, limited = env, False
+        while isinstance(layer, gym.Wrapper):
+            if type(layer) not in NEUTRAL_WRAPPERS:
+                return False
+            limited |= isinstance(layer, gym.wrappers.TimeLimit)
+            layer = layer.env
+        kinds.add(type(layer))
+        if not limited:
+            return False
+    return len(kinds) == 1 and next(iter(kinds)) in tasks and len(arguments) == 1
+
+
 def find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     """gym.spec, also for Gymnasium's "module:Env-v0" form (the module registers the id when imported)."""
     if ":" in env_id:

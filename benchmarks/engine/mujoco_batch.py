@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.engine.envs import DropStepInfo
+from benchmarks.engine.envs import one_task_under_neutral_wrappers
 
 
 @dataclass(frozen=True)
@@ -51,29 +51,13 @@ def _tasks() -> dict[type, Locomotion]:
 INTEGRATION_STATE = ("time", "qpos", "qvel", "act", "history", "qacc_warmstart", "ctrl", "qfrc_applied", "xfrc_applied",
                      "eq_active", "mocap_pos", "mocap_quat", "userdata", "plugin_state", "plastic")
 
-# the wrappers gym.make and make_vector_env put around a task: none of them changes a step's numbers
-_NEUTRAL_WRAPPERS = (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker, DropStepInfo)
-
 
 def batchable(sub_envs: list[list[gym.Env]]) -> bool:
     """Whether every sub-env is one supported task, of one class and one set of arguments, under only the neutral
     wrappers, with a TimeLimit, and this MuJoCo has mujoco.batch (3.17 on)."""
     if importlib.util.find_spec("mujoco.batch") is None:
         return False
-    tasks = _tasks()
-    kinds, arguments = set(), set()
-    for env in (env for row in sub_envs for env in row):
-        arguments.add(repr(sorted((env.spec.kwargs if env.spec is not None else {}).items())))
-        layer, limited = env, False
-        while isinstance(layer, gym.Wrapper):
-            if type(layer) not in _NEUTRAL_WRAPPERS:
-                return False
-            limited |= isinstance(layer, gym.wrappers.TimeLimit)
-            layer = layer.env
-        kinds.add(type(layer))
-        if not limited:
-            return False
-    return len(kinds) == 1 and next(iter(kinds)) in tasks and len(arguments) == 1
+    return one_task_under_neutral_wrappers(sub_envs, tuple(_tasks()))
 
 
 def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
@@ -87,6 +71,8 @@ def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
 
 class BatchedLocomotion:
     """The physics of sub_envs[seed][env], row seed * num_envs + env of one persistent mujoco.batch.Batch."""
+
+    gains_from = 4  # sub-envs: below, the batch gains nothing over Gymnasium's step (results/tables/batched_physics.md)
 
     def __init__(self, sub_envs: list[list[gym.Env]], threads: int = 1):
         import mujoco.batch

@@ -1,13 +1,15 @@
-"""Batched MuJoCo physics (benchmarks/engine/mujoco_batch.py) against Gymnasium's per-env step, side by side.
+"""Batched physics (benchmarks/engine/mujoco_batch.py, classic_batch.py) against Gymnasium's per-env step, side by
+side.
 
     python -m benchmarks.speed.batched_physics [--env HalfCheetah] [--seeds 2 4 8] [--repeats 6] [--train-steps 8192]
         [--out results/tables/batched_physics.md]
+    python -m benchmarks.speed.batched_physics --env CartPole --out results/tables/batched_physics_cartpole.md
 
 Env step: the population's env layer (LockstepEnvs, 1 env per seed) stepped with the same random actions,
 batched and not, alternated repeat by repeat; us per env step, medians. Training: a population of 8 seeds of
 PPO (the task's defaults) for --train-steps each, batched and not, alternated; the env-step phase and the
-whole loop in seconds, medians. Both modes train to the same numbers (tests/test_mujoco_batch.py). A lone
-sub-env always steps through Gymnasium (LockstepEnvs), so the rows start at 2 seeds.
+whole loop in seconds, medians. Both modes train to the same numbers (tests/test_mujoco_batch.py,
+tests/test_classic_batch.py). The rows start at 2 seeds.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
-from benchmarks.engine import batch_trainer
 from benchmarks.engine.batch_trainer import LockstepEnvs, train_batch
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.envs import make_vector_env
@@ -35,8 +37,11 @@ def env_step_us(env_id: str, seeds: int, repeats: int, steps: int = 500) -> dict
         for seed, envs in enumerate(vector_envs):
             envs.reset(seed=seed)
         layers[batched] = LockstepEnvs(vector_envs, batched_physics=batched)
-    action_dim = vector_envs[0].single_action_space.shape[0]
-    actions = np.random.default_rng(0).normal(0.0, 0.3, (steps, seeds, 1, action_dim)).astype(np.float32)
+    space, rng = vector_envs[0].single_action_space, np.random.default_rng(0)
+    if isinstance(space, gym.spaces.Discrete):
+        actions = rng.integers(0, space.n, (steps, seeds, 1))
+    else:
+        actions = rng.normal(0.0, 0.3, (steps, seeds, 1, space.shape[0])).astype(np.float32)
     active = np.ones(seeds, dtype=bool)
     times = {False: [], True: []}
     for repeat in range(repeats):
@@ -53,18 +58,14 @@ def training_seconds(env: str, steps: int, repeats: int) -> dict[bool, tuple[flo
     overrides = [f"env={env}", "algo=ppo", f"seeds={seeds}", f"total_steps={steps}", "eval.at_start=false",
                  f"eval.every_steps={10 * steps}", "eval.episodes=1", "logging.progress_bar=false",
                  "logging.tensorboard=false", "logging.checkpoint=false"]
-    batchable = batch_trainer.batchable
     times = {False: [], True: []}
-    try:
-        for repeat in range(repeats):
-            for batched in ((False, True) if repeat % 2 else (True, False)):
-                batch_trainer.batchable = batchable if batched else (lambda sub_envs: False)
-                with tempfile.TemporaryDirectory() as root:
-                    summaries = train_batch(compose_config(overrides), [Path(root) / f"seed{s}" for s in seeds])
-                phases = summaries[0]["phase_seconds"]
-                times[batched].append((phases["env step"], sum(phases.values())))
-    finally:
-        batch_trainer.batchable = batchable
+    for repeat in range(repeats):
+        for batched in ((False, True) if repeat % 2 else (True, False)):
+            with tempfile.TemporaryDirectory() as root:
+                summaries = train_batch(compose_config([*overrides, f"batched_physics={str(batched).lower()}"]),
+                                        [Path(root) / f"seed{s}" for s in seeds])
+            phases = summaries[0]["phase_seconds"]
+            times[batched].append((phases["env step"], sum(phases.values())))
     return {batched: tuple(float(np.median(column)) for column in zip(*values)) for batched, values in times.items()}
 
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         command = " ".join(["python -m benchmarks.speed.batched_physics", *sys.argv[1:]])
         load = os.getloadavg()[0]
-        args.out.write_text(f"# Batched MuJoCo physics against Gymnasium's step\n\nMade by `{command}` "
+        args.out.write_text(f"# Batched physics against Gymnasium's step\n\nMade by `{command}` "
                             f"({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, 1-minute load average "
                             f"{load:.2f} at the end). Medians of alternated repeats; both modes give the same numbers."
                             f"\n\n" + "\n".join(lines) + "\n")
