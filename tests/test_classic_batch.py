@@ -5,12 +5,17 @@ on it logs what it logs without it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from benchmarks import numerics
 from benchmarks.engine import batch_trainer, classic_batch
 from benchmarks.engine.batch_trainer import LockstepEnvs
+from tests.conftest import ROOT
 from tests.test_mujoco_batch import assert_batched_population_logs_what_it_logs_without, lockstep, resumed, \
     step_both_alike
 
@@ -84,3 +89,20 @@ def test_other_wrappers_and_differing_arguments_keep_gymnasiums_step():
 def test_a_cartpole_population_on_batched_physics_logs_what_it_logs_without_and_resumes_exactly(monkeypatch, tmp_path):
     assert_batched_population_logs_what_it_logs_without("CartPole", classic_batch, "BatchedCartPole", monkeypatch,
                                                          tmp_path)
+
+
+# What the batch relies on beyond +, -, * and /, which round alike on arrays and on numbers: numpy's cos and sin of
+# an array give what they give of each number (its SIMD loops for arrays, on the CPU's widest kernels in native mode)
+SAME_COS_AND_SIN = """
+import benchmarks, numpy as np
+angles = np.random.default_rng(0).uniform(-1.0, 1.0, 200_000)
+for f in (np.cos, np.sin):
+    assert np.array_equal(f(angles), [f(angle) for angle in angles]), f.__name__
+"""
+
+
+@pytest.mark.parametrize("mode", numerics.MODES)
+def test_numpys_cos_and_sin_of_an_array_are_those_of_each_number_in_either_numerics_mode(mode):
+    child = subprocess.run([sys.executable, "-c", SAME_COS_AND_SIN], cwd=ROOT, env=numerics.environment_for(mode),
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
