@@ -1,7 +1,7 @@
 """Batched CartPole (benchmarks/engine/classic_batch.py): every seed's sub-envs stepped as numpy arrays give, bit
-for bit, what Gymnasium's own CartPole gives - observations, rewards, terminations, truncations, resets and
-episode statistics - over thousands of steps, falls and time limits; a population trained, paused and resumed
-on it logs what it logs without it."""
+for bit, what Gymnasium's own CartPole gives - states, observations, rewards, terminations, truncations, resets,
+episode statistics and the state a checkpoint saves - over thousands of steps, falls and time limits; a
+population trained, paused and resumed on it logs what it logs without it."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from benchmarks import numerics
 from benchmarks.engine import batch_trainer, classic_batch
 from benchmarks.engine.batch_trainer import LockstepEnvs
+from benchmarks.engine.env_state import vector_env_state
 from tests.conftest import ROOT
-from tests.test_mujoco_batch import assert_batched_population_logs_what_it_logs_without, lockstep, resumed, \
+from tests.test_mujoco_batch import SEEDS, assert_batched_population_logs_what_it_logs_without, lockstep, resumed, \
     step_both_alike
+
+NUM_ENVS = 4  # 3 seeds x 4 envs: 12 rows, past the default's 8 and past one 8-wide vector of float64
 
 
 def balancing_actions(envs: LockstepEnvs, rng: np.random.Generator, skill: float) -> np.ndarray:
@@ -27,9 +32,33 @@ def balancing_actions(envs: LockstepEnvs, rng: np.random.Generator, skill: float
     return np.where(rng.random(push.shape) < skill, push, rng.integers(0, 2, push.shape))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"sutton_barto_reward": True}])
-def test_batched_cartpole_steps_bit_for_bit_as_gymnasium(kwargs):
-    gymnasium, batched = lockstep("CartPole-v1", False, **kwargs), lockstep("CartPole-v1", True, **kwargs)
+def assert_same_saved_state(a, b, where: str) -> None:
+    """Two checkpoints' env states (nested dicts and lists of tensors and plain values) equal, bit for bit."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same_saved_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same_saved_state(x, y, f"{where}[{index}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert type(a) is type(b) and a == b, where
+
+
+@pytest.mark.parametrize("kwargs, integrator", [({}, "euler"), ({"sutton_barto_reward": True}, "euler"),
+                                                ({}, "semi-implicit")])
+def test_batched_cartpole_steps_bit_for_bit_as_gymnasium(kwargs, integrator):
+    def made(batched: bool | None) -> LockstepEnvs:
+        layer = lockstep("CartPole-v1", batched, NUM_ENVS, **kwargs)
+        for row in layer.sub_envs:  # the integrator is an attribute, not an argument of the task
+            for env in row:
+                env.unwrapped.kinematics_integrator = integrator
+        return layer
+
+    gymnasium, batched = made(False), made(True)
     assert gymnasium.physics is None and isinstance(batched.physics, classic_batch.BatchedCartPole)
     rng = np.random.default_rng(0)
     falls = time_limits = 0
@@ -40,34 +69,44 @@ def test_batched_cartpole_steps_bit_for_bit_as_gymnasium(kwargs):
         # the float64 state too (the observations are its float32 rounding)
         states = np.stack([env.unwrapped.state for row in gymnasium.sub_envs for env in row])
         assert np.array_equal(batched.physics.state, states), t
-        if t in (1233, 4320):  # mid-episode: the state and the time limits' counts carried over into new envs
+        if t in (1233, 4320):  # mid-episode: what a checkpoint saves, then a resume into new envs
+            gymnasium.to_layers()
+            batched.to_layers()
+            for seed in range(SEEDS):
+                assert_same_saved_state(vector_env_state(batched.vector_envs[seed]),
+                                        vector_env_state(gymnasium.vector_envs[seed]), f"t={t} seed {seed}")
             batched = resumed(batched, "CartPole-v1", **kwargs)
+            for row in batched.sub_envs:
+                for env in row:
+                    env.unwrapped.kinematics_integrator = integrator
             assert isinstance(batched.physics, classic_batch.BatchedCartPole)
         falls += int(gymnasium.terminated.sum())
         time_limits += int((gymnasium.truncated & ~gymnasium.terminated).sum())
     assert falls >= 100 and time_limits >= 6
 
 
-def test_a_sub_env_stepped_after_its_fall_gets_gymnasiums_reward_and_count():
-    """The autoreset never steps a fallen pole, but the batch keeps Gymnasium's rule for it: reward 0 and a count
-    of the steps beyond the fall, stored back into the sub-env for its checkpoint."""
-    envs = lockstep("CartPole-v1", True)
+@pytest.mark.parametrize("sutton_barto_reward", [False, True])
+def test_a_sub_env_stepped_after_its_fall_gets_gymnasiums_reward_and_count(sutton_barto_reward):
+    """The autoreset never steps a fallen pole, but the batch keeps Gymnasium's rule for it - the reward and the
+    count of steps beyond the fall - and stores the count back into the sub-env for its checkpoint."""
+    envs = lockstep("CartPole-v1", True, sutton_barto_reward=sutton_barto_reward)
     physics, task = envs.physics, envs.physics.tasks[0]
-    physics.state[0] = (0.0, 0.0, 0.25, 0.0)  # beyond the 12-degree threshold: every step ends the episode
-    rows = np.array([0])
-    _, rewards, terminated = physics.step(rows, np.array([1]))
-    assert terminated[0] and rewards[0] == 1.0 and physics.steps_beyond[0] == 0
-    for beyond in (1, 2):
-        _, rewards, terminated = physics.step(rows, np.array([1]))
-        assert terminated[0] and rewards[0] == 0.0 and physics.steps_beyond[0] == beyond
+    alone = CartPoleEnv(sutton_barto_reward=sutton_barto_reward)
+    alone.reset(seed=0)
+    alone.state = physics.state[0] = np.array([0.0, 0.0, 0.25, 0.0])  # beyond 12 degrees: every step ends it
+    for step in range(4):
+        obs, reward, terminated, _, _ = alone.step(1)
+        observations, rewards, ended = physics.step(np.array([0]), np.array([1]))
+        assert ended[0] == terminated and rewards[0] == reward and np.array_equal(observations[0], obs), step
+        assert physics.steps_beyond[0] == alone.steps_beyond_terminated == step
     physics.store()
-    assert task.steps_beyond_terminated == 2 and np.array_equal(task.state, physics.state[0])
+    assert task.steps_beyond_terminated == 3 and np.array_equal(task.state, alone.state)
     task.reset(seed=1)
     physics.load([0])
     assert physics.steps_beyond[0] == -1 and np.array_equal(physics.state[0], task.state)
 
 
-def test_other_wrappers_and_differing_arguments_keep_gymnasiums_step():
+def test_what_the_batch_cannot_stand_for_keeps_gymnasiums_step():
     def sub_envs(**kwargs):
         return [LockstepEnvs.layer(batch_trainer.make_vector_env("CartPole-v1", 2, seed=s, env_kwargs=kwargs),
                                    gym.vector.SyncVectorEnv).envs for s in range(2)]
@@ -75,15 +114,24 @@ def test_other_wrappers_and_differing_arguments_keep_gymnasiums_step():
     plain = sub_envs()
     assert classic_batch.batchable(plain)
     assert not classic_batch.batchable([plain[0], [gym.wrappers.ClipReward(plain[1][0], 0, 0.5), plain[1][1]]])
-    assert not classic_batch.batchable([plain[0], sub_envs(sutton_barto_reward=True)[0]])
+    assert not classic_batch.batchable([plain[0], sub_envs(sutton_barto_reward=True)[0]])  # arguments differ
+    assert not classic_batch.batchable(sub_envs(render_mode="rgb_array"))  # every sub-env renders alike
+    heavier = sub_envs()
+    heavier[1][0].unwrapped.force_mag = 20.0  # a constant set on one env, not through its arguments
+    assert not classic_batch.batchable(heavier)
+
+    class Tilted(CartPoleEnv):  # a task of its own built on CartPole: its step may be another
+        pass
+
+    tilted = [[gym.wrappers.TimeLimit(Tilted(), 500) for _ in range(2)]]
+    assert not classic_batch.batchable(tilted)
     assert lockstep("Acrobot-v1", True).physics is None
     # by default from 8 sub-envs on, where the batch measured faster than Gymnasium's per-env calls
-    assert lockstep("CartPole-v1", None).physics is None  # 3 seeds x 2 envs
-    eight = [batch_trainer.make_vector_env("CartPole-v1", 4, seed=seed) for seed in (0, 1)]
-    for seed, envs in enumerate(eight):
-        envs.reset(seed=seed)
-    assert isinstance(LockstepEnvs(eight).physics, classic_batch.BatchedCartPole)
-    assert LockstepEnvs(eight, batched_physics=False).physics is None
+    for num_envs, batched in ((7, False), (8, True)):
+        envs = batch_trainer.make_vector_env("CartPole-v1", num_envs, seed=0)
+        envs.reset(seed=0)
+        assert isinstance(LockstepEnvs([envs]).physics, classic_batch.BatchedCartPole) == batched, num_envs
+        assert LockstepEnvs([envs], batched_physics=False).physics is None
 
 
 def test_a_cartpole_population_on_batched_physics_logs_what_it_logs_without_and_resumes_exactly(monkeypatch, tmp_path):
@@ -92,12 +140,15 @@ def test_a_cartpole_population_on_batched_physics_logs_what_it_logs_without_and_
 
 
 # What the batch relies on beyond +, -, * and /, which round alike on arrays and on numbers: numpy's cos and sin of
-# an array give what they give of each number (its SIMD loops for arrays, on the CPU's widest kernels in native mode)
+# the state's columns (strided views, and rows picked by index) give what they give of each number, whatever SIMD
+# loops numpy runs for arrays (the CPU's widest kernels in native mode)
 SAME_COS_AND_SIN = """
 import benchmarks, numpy as np
-angles = np.random.default_rng(0).uniform(-1.0, 1.0, 200_000)
+states = np.random.default_rng(0).uniform(-1.0, 1.0, (50_000, 4))
+picked = np.flatnonzero(np.arange(50_000) % 3 != 1)
 for f in (np.cos, np.sin):
-    assert np.array_equal(f(angles), [f(angle) for angle in angles]), f.__name__
+    for angles in (states[:, 2], states[picked, 2], np.ascontiguousarray(states[:, 2])):
+        assert np.array_equal(f(angles), [f(angle) for angle in angles]), f.__name__
 """
 
 

@@ -20,8 +20,8 @@ from tests.test_resume import assert_same_metrics
 SEEDS, NUM_ENVS = 3, 2
 
 
-def lockstep(env_id: str, batched: bool, **kwargs) -> LockstepEnvs:
-    vector_envs = [make_vector_env(env_id, NUM_ENVS, seed=seed, env_kwargs=kwargs) for seed in range(SEEDS)]
+def lockstep(env_id: str, batched: bool | None, num_envs: int = NUM_ENVS, **kwargs) -> LockstepEnvs:
+    vector_envs = [make_vector_env(env_id, num_envs, seed=seed, env_kwargs=kwargs) for seed in range(SEEDS)]
     for seed, envs in enumerate(vector_envs):
         envs.reset(seed=seed)
     return LockstepEnvs(vector_envs, batched_physics=batched)
@@ -31,7 +31,8 @@ def resumed(envs: LockstepEnvs, env_id: str, **kwargs) -> LockstepEnvs:
     """What a checkpoint and a resume do: each seed's env state saved, loaded into new envs, a new env layer."""
     envs.to_layers()
     states = [vector_env_state(vector_envs) for vector_envs in envs.vector_envs]
-    fresh = [make_vector_env(env_id, NUM_ENVS, seed=seed, env_kwargs=kwargs) for seed in range(SEEDS)]
+    num_envs = len(envs.sub_envs[0])
+    fresh = [make_vector_env(env_id, num_envs, seed=seed, env_kwargs=kwargs) for seed in range(SEEDS)]
     for vector_envs, state in zip(fresh, states):
         load_vector_env_state(vector_envs, state)
     return LockstepEnvs(fresh, batched_physics=True)

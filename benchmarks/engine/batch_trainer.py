@@ -54,9 +54,9 @@ from benchmarks.engine.checkpoint import (
 )
 from benchmarks.engine.config import task_kwargs, task_network
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
-from benchmarks.engine.envs import make_vector_env, space_dims
+from benchmarks.engine.envs import make_vector_env, space_dims, time_limit
 from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
-from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable, time_limit
+from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
 from benchmarks.engine.run_dir import algorithm_source, git_commit, machine, run_label, run_lock, versions
 from benchmarks.engine.trainer import (
@@ -306,10 +306,11 @@ class LockstepEnvs:
     (`to_layers`) and read back after a resume (`from_layers`), so each seed's env state is
     saved and restored by benchmarks/engine/env_state.py exactly as a single-seed run's.
 
-    With batched physics (benchmarks/engine/mujoco_batch.py) the sub-envs' simulations live in
-    one mujoco.batch.Batch and TimeLimit's counts in `elapsed`: between checkpoints the sub-envs'
-    own MjData and counters are stale, and `to_layers` writes them back (the derived fields a
-    task reads only after its step, such as contact forces, are the batch's).
+    With batched physics the sub-envs' state lives in one batch - MuJoCo's simulations in one
+    mujoco.batch.Batch (benchmarks/engine/mujoco_batch.py), CartPole's states in one array
+    (classic_batch.py) - and TimeLimit's counts in `elapsed`: between checkpoints the sub-envs'
+    own state and counters are stale, and `to_layers` writes them back (the derived fields a
+    MuJoCo task reads only after its step, such as contact forces, are the batch's).
     """
 
     same_step_reset = False  # NEXT_STEP autoreset: the step after an episode's end is a reset step
@@ -429,12 +430,15 @@ class LockstepEnvs:
 
 def one_call_physics(sub_envs: list[list[gym.Env]], batched_physics: bool | None):
     """The sub-envs' physics stepped in one call, where their task has such a step and batched_physics asks for it
-    (None: from the sub-env count at which the batch measured faster than Gymnasium's step, its `gains_from`,
-    results/tables/batched_physics*.md); else None: Gymnasium's step."""
+    (None: from the sub-env count at which that batch measured faster than Gymnasium's step, its `gains_from`);
+    else None: Gymnasium's step."""
+    batches = ((batchable, BatchedLocomotion), (classic_batch.batchable, classic_batch.BatchedCartPole))
+    if batched_physics is False:
+        return None
     count = sum(len(row) for row in sub_envs)
-    for kind, takes in ((BatchedLocomotion, batchable), (classic_batch.BatchedCartPole, classic_batch.batchable)):
-        if batched_physics is not False and takes(sub_envs):
-            return kind(sub_envs) if batched_physics or count >= kind.gains_from else None
+    for steps_these_envs, batch in batches:
+        if steps_these_envs(sub_envs):
+            return batch(sub_envs) if batched_physics or count >= batch.gains_from else None
     return None
 
 

@@ -68,6 +68,15 @@ def one_task_under_neutral_wrappers(sub_envs: list[list[gym.Env]], tasks: tuple[
     return len(kinds) == 1 and next(iter(kinds)) in tasks and len(arguments) == 1
 
 
+def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if isinstance(layer, gym.wrappers.TimeLimit):
+            return layer
+        layer = layer.env
+    return None
+
+
 def find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     """gym.spec, also for Gymnasium's "module:Env-v0" form (the module registers the id when imported)."""
     if ":" in env_id:

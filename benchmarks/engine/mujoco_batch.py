@@ -60,15 +60,6 @@ def batchable(sub_envs: list[list[gym.Env]]) -> bool:
     return one_task_under_neutral_wrappers(sub_envs, tuple(_tasks()))
 
 
-def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        if isinstance(layer, gym.wrappers.TimeLimit):
-            return layer
-        layer = layer.env
-    return None
-
-
 class BatchedLocomotion:
     """The physics of sub_envs[seed][env], row seed * num_envs + env of one persistent mujoco.batch.Batch."""
 
