@@ -106,6 +106,20 @@ def test_a_sub_env_stepped_after_its_fall_gets_gymnasiums_reward_and_count(sutto
     assert physics.steps_beyond[0] == -1 and np.array_equal(physics.state[0], task.state)
 
 
+@pytest.mark.parametrize("actions", [np.array([[0, 2]]), np.array([[1.0, 0.0]]), np.array([[-1, 1]])])
+def test_an_action_outside_the_space_fails_as_on_gymnasiums_step(actions):
+    """A variant whose policy gives CartPole an action it does not have stops with Gymnasium's own error, batched
+    or not, instead of training on a push it never chose."""
+    messages = []
+    for batched in (False, True):
+        envs = batch_trainer.make_vector_env("CartPole-v1", 2, seed=0)
+        envs.reset(seed=0)
+        with pytest.raises(AssertionError) as error:
+            LockstepEnvs([envs], batched_physics=batched).step(actions, np.array([True]))
+        messages.append(str(error.value))
+    assert messages[1] == messages[0] and messages[0].endswith("invalid"), messages
+
+
 def test_what_the_batch_cannot_stand_for_keeps_gymnasiums_step():
     def sub_envs(**kwargs):
         return [LockstepEnvs.layer(batch_trainer.make_vector_env("CartPole-v1", 2, seed=s, env_kwargs=kwargs),

@@ -10,9 +10,9 @@ sub-envs, so `env.kwargs` apply.
 
 What stays Gymnasium's, as for the MuJoCo tasks: resets (the sub-env's own `reset()` draws the start state from
 its random stream; `load` copies it into the batch) and checkpoints (`store` writes each row's state back into
-its sub-env, which benchmarks/engine/env_state.py saves as for any run). Not repeated per step: the sub-env's
-check that the action is in its space (the policy's actions are) and its warning when stepped after its episode
-ended (the autoreset never does).
+its sub-env, which benchmarks/engine/env_state.py saves as for any run). The sub-env's check that an action is in
+its space is made once for all rows, with Gymnasium's message; left out is its warning when stepped after its
+episode ended (the autoreset never does so).
 """
 
 from __future__ import annotations
@@ -71,9 +71,13 @@ class BatchedCartPole:
         """Step the given rows (None: all) with their actions [rows] or [rows, 1]: observations, rewards and
         terminations of those rows, as each sub-env's own step() returns them."""
         task = self.task
+        actions = actions.reshape(-1)
+        if actions.dtype.kind not in "iu" or ((actions != 0) & (actions != 1)).any():  # as the sub-env's own check
+            invalid = actions[0] if actions.dtype.kind not in "iu" else actions[(actions != 0) & (actions != 1)][0]
+            raise AssertionError(f"{invalid!r} ({type(invalid)}) invalid")
         state = self.state if rows is None else self.state[rows]
         x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
-        force = np.where(actions.reshape(-1) == 1, task.force_mag, -task.force_mag)
+        force = np.where(actions == 1, task.force_mag, -task.force_mag)
         costheta = np.cos(theta)
         sintheta = np.sin(theta)
         temp = (force + task.polemass_length * np.square(theta_dot) * sintheta) / task.total_mass
