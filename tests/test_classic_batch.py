@@ -106,18 +106,25 @@ def test_a_sub_env_stepped_after_its_fall_gets_gymnasiums_reward_and_count(sutto
     assert physics.steps_beyond[0] == -1 and np.array_equal(physics.state[0], task.state)
 
 
-@pytest.mark.parametrize("actions", [np.array([[0, 2]]), np.array([[1.0, 0.0]]), np.array([[-1, 1]])])
+@pytest.mark.parametrize("actions", [[[1, 0], [0, 2]], [[1, 0], [3, 2]], [[1.0, 0.0], [1.0, 0.0]],
+                                     [[0, 1], [-1, 1]], np.ones((2, 2), dtype=np.uint64), np.ones((2, 2), dtype=bool),
+                                     [[7, 7], [1, 0]]])  # the last: only in the stopped seed, so never stepped
 def test_an_action_outside_the_space_fails_as_on_gymnasiums_step(actions):
-    """A variant whose policy gives CartPole an action it does not have stops with Gymnasium's own error, batched
-    or not, instead of training on a push it never chose."""
-    messages = []
+    """A variant whose policy gives CartPole an action it does not have stops with Gymnasium's own error, naming
+    the same first action of the stepped seeds, batched or not, instead of training on a push it never chose."""
+    actions = np.asarray(actions)
+    outcomes = []
     for batched in (False, True):
-        envs = batch_trainer.make_vector_env("CartPole-v1", 2, seed=0)
-        envs.reset(seed=0)
-        with pytest.raises(AssertionError) as error:
-            LockstepEnvs([envs], batched_physics=batched).step(actions, np.array([True]))
-        messages.append(str(error.value))
-    assert messages[1] == messages[0] and messages[0].endswith("invalid"), messages
+        vector_envs = [batch_trainer.make_vector_env("CartPole-v1", 2, seed=seed) for seed in range(2)]
+        for seed, envs in enumerate(vector_envs):
+            envs.reset(seed=seed)
+        try:  # seed 0 stopped: its envs are not stepped, whatever its actions
+            LockstepEnvs(vector_envs, batched_physics=batched).step(actions, np.array([False, True]))
+            outcomes.append(None)
+        except AssertionError as error:
+            outcomes.append(str(error))
+    assert outcomes[1] == outcomes[0], outcomes
+    assert (outcomes[0] is None) == (actions[0, 0] == 7), outcomes
 
 
 def test_what_the_batch_cannot_stand_for_keeps_gymnasiums_step():
@@ -133,6 +140,9 @@ def test_what_the_batch_cannot_stand_for_keeps_gymnasiums_step():
     heavier = sub_envs()
     heavier[1][0].unwrapped.force_mag = 20.0  # a constant set on one env, not through its arguments
     assert not classic_batch.batchable(heavier)
+    wider = sub_envs()
+    wider[0][1].unwrapped.action_space = gym.spaces.Discrete(3)  # the action check reads the space
+    assert not classic_batch.batchable(wider)
 
     class Tilted(CartPoleEnv):  # a task of its own built on CartPole: its step may be another
         pass

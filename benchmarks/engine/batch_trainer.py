@@ -432,9 +432,9 @@ def one_call_physics(sub_envs: list[list[gym.Env]], batched_physics: bool | None
     """The sub-envs' physics stepped in one call, where their task has such a step and batched_physics asks for it
     (None: from the sub-env count at which that batch measured faster than Gymnasium's step, its `gains_from`);
     else None: Gymnasium's step."""
-    batches = ((batchable, BatchedLocomotion), (classic_batch.batchable, classic_batch.BatchedCartPole))
     if batched_physics is False:
         return None
+    batches = ((batchable, BatchedLocomotion), (classic_batch.batchable, classic_batch.BatchedCartPole))
     count = sum(len(row) for row in sub_envs)
     for steps_these_envs, batch in batches:
         if steps_these_envs(sub_envs):

@@ -11,8 +11,8 @@ sub-envs, so `env.kwargs` apply.
 What stays Gymnasium's, as for the MuJoCo tasks: resets (the sub-env's own `reset()` draws the start state from
 its random stream; `load` copies it into the batch) and checkpoints (`store` writes each row's state back into
 its sub-env, which benchmarks/engine/env_state.py saves as for any run). The sub-env's check that an action is in
-its space is made once for all rows, with Gymnasium's message; left out is its warning when stepped after its
-episode ended (the autoreset never does so).
+its space is made once for all rows, with Gymnasium's verdict and message (and, as Gymnasium's, skipped under
+`python -O`); left out is its warning when stepped after its episode ended (the autoreset never does so).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from benchmarks.engine.envs import one_task_under_neutral_wrappers
 
 
-# what a CartPole step reads of its env besides its state: one value each for every row of a batch
+# what a CartPole step reads of its env besides its state (and its action space): one value each for every row
 CONSTANTS = ("gravity", "masscart", "masspole", "total_mass", "length", "polemass_length", "force_mag", "tau",
              "kinematics_integrator", "theta_threshold_radians", "x_threshold", "_sutton_barto_reward")
 
@@ -36,7 +36,8 @@ def batchable(sub_envs: list[list[gym.Env]]) -> bool:
     if not one_task_under_neutral_wrappers(sub_envs, (CartPoleEnv,)):
         return False
     tasks = [env.unwrapped for row in sub_envs for env in row]
-    constants = {tuple(getattr(task, name) for name in CONSTANTS) for task in tasks}
+    constants = {(*(getattr(task, name) for name in CONSTANTS), repr(task.action_space), task.action_space.dtype)
+                 for task in tasks}
     return len(constants) == 1 and all(task.render_mode is None for task in tasks)
 
 
@@ -72,9 +73,12 @@ class BatchedCartPole:
         terminations of those rows, as each sub-env's own step() returns them."""
         task = self.task
         actions = actions.reshape(-1)
-        if actions.dtype.kind not in "iu" or ((actions != 0) & (actions != 1)).any():  # as the sub-env's own check
-            invalid = actions[0] if actions.dtype.kind not in "iu" else actions[(actions != 0) & (actions != 1)][0]
-            raise AssertionError(f"{invalid!r} ({type(invalid)}) invalid")
+        if __debug__:  # the sub-env's own check, an assert as in Gymnasium's step: its verdict and its message
+            space = task.action_space
+            if not (np.issubdtype(actions.dtype, np.integer) and np.can_cast(actions.dtype, space.dtype)
+                    and ((actions >= space.start) & (actions < space.start + space.n)).all()):
+                invalid = next((action for action in actions if not space.contains(action)), None)
+                assert invalid is None, f"{invalid!r} ({type(invalid)}) invalid"
         state = self.state if rows is None else self.state[rows]
         x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
         force = np.where(actions == 1, task.force_mag, -task.force_mag)
