@@ -79,7 +79,8 @@ class BatchedCartPole:
                     and ((actions >= space.start) & (actions < space.start + space.n)).all()):
                 invalid = next((action for action in actions if not space.contains(action)), None)
                 assert invalid is None, f"{invalid!r} ({type(invalid)}) invalid"
-        state = self.state if rows is None else self.state[rows]
+        picked = slice(None) if rows is None else rows
+        state = self.state[picked]
         x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
         force = np.where(actions == 1, task.force_mag, -task.force_mag)
         costheta = np.cos(theta)
@@ -102,15 +103,12 @@ class BatchedCartPole:
         terminated = ((x < -task.x_threshold) | (x > task.x_threshold) | (theta < -task.theta_threshold_radians)
                       | (theta > task.theta_threshold_radians))
         # the reward: on its episode's last step as on any other, after it as Gymnasium's "beyond" steps
-        beyond = self.steps_beyond if rows is None else self.steps_beyond[rows]
+        beyond = self.steps_beyond[picked]
         ended_before = terminated & (beyond >= 0)
         if task._sutton_barto_reward:
             rewards = np.where(terminated, -1.0, 0.0)
         else:
             rewards = np.where(ended_before, 0.0, 1.0)
         beyond = np.where(ended_before, beyond + 1, np.where(terminated, 0, beyond))
-        if rows is None:
-            self.state[...], self.steps_beyond[...] = state, beyond
-        else:
-            self.state[rows], self.steps_beyond[rows] = state, beyond
+        self.state[picked], self.steps_beyond[picked] = state, beyond
         return state.astype(np.float32), rewards, terminated
