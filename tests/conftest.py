@@ -22,9 +22,9 @@ QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episod
 
 
 def pytest_collection_modifyitems(items):
-    """The slow tests first (stable: each group keeps its order): with `-n 2` the long ones start early and the
-    short ones fill the end, instead of one worker finishing a long test while the other waits (simulated on
-    measured durations: 5% off the suite's wall time)."""
+    """The slow tests first (stable: each group keeps its order): with `-n 2` (and pyproject's `--dist worksteal`)
+    the long ones start early and the short ones, taken by whichever worker is free, fill the end, instead of one
+    worker finishing a long test while the other waits."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
