@@ -44,6 +44,7 @@ def test_variant_cost_names_how_each_preset_updates(tmp_path, monkeypatch, capsy
     ("throughput", ["--algos", "nosuch"]), ("seed_throughput", ["--algo", "nosuch"]), ("profile", ["--algo", "nosuch"]),
     ("variant_cost", ["--envs", "Nope"]), ("engine_targets", ["--envs", "Nope"]), ("seed_throughput", ["--envs", "Nope"]),
     ("profile", ["--env", "Nope"]), ("sb3_reference", ["--env", "Nope"]), ("batched_physics", ["--env", "Nope"]),
+    ("interleave", ["--env", "Nope"]),
 ])
 def test_a_speed_tool_refuses_an_unknown_preset_or_task_in_one_line_before_measuring(tool, arguments, capsys):
     import importlib
@@ -75,6 +76,28 @@ def test_gemm_routes_writes_every_route_for_one_seed_and_eight(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows[0].replace(" ", "") == "|seeds|torchbmm(us)|compiledloops(us)|numpyOpenBLAS(us)|"
     assert [row.split("|")[1].strip() for row in rows[2:]] == ["1", "8"]
+
+
+def test_interleave_times_each_call_alone_and_between_the_other_per_seed_step(tmp_path):
+    from benchmarks.speed.interleave import main
+
+    main(["--env", "CartPole", "--seeds", "1", "2", "--steps", "20", "--repeats", "1", "--out", str(tmp_path / "t.md")])
+    text = (tmp_path / "t.md").read_text()
+    assert "python -m benchmarks.speed.interleave --env CartPole --seeds 1 2 --steps 20" in text
+    assert "act program eager" in text  # the tests' engine mode, said as it ran
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("|")][2:]
+    assert [row[:2] for row in rows[:7]] == [["1", call] for call in (
+        "act alone", "env step alone", "act interleaved", "env step interleaved", "act + env step alone",
+        "act + env step interleaved", "switching cost (interleaved - alone)")]
+    assert [row[0] for row in rows[7:]] == ["2"] * 7
+    for seeds in (0, 7):
+        per_call = {row[1]: float(row[2]) for row in rows[seeds:seeds + 7]}
+        assert per_call["act + env step alone"] == pytest.approx(
+            per_call["act alone"] + per_call["env step alone"], abs=0.11)
+        assert per_call["switching cost (interleaved - alone)"] == pytest.approx(
+            per_call["act + env step interleaved"] - per_call["act + env step alone"], abs=0.21)
+    two = {row[1]: (float(row[2]), float(row[3])) for row in rows[7:]}
+    assert all(per_seed == pytest.approx(per_call / 2, abs=0.06) for per_call, per_seed in two.values())
 
 
 def test_profile_of_a_population_divides_each_phase_by_every_seeds_steps(capsys):
