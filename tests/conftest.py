@@ -22,9 +22,10 @@ QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episod
 
 
 def pytest_collection_modifyitems(items):
-    """The slow tests first (stable: each group keeps its order): with `-n 2` (and pyproject's `--dist worksteal`)
-    the long ones start early and the short ones, taken by whichever worker is free, fill the end, instead of one
-    worker finishing a long test while the other waits."""
+    """The slow tests first (stable: each group keeps its order). With `-n 2` and pyproject's `--dist worksteal`
+    each worker starts with half of the list in order, so one starts on the slow tests and the other on short ones;
+    a worker that runs out takes half of what the other still has queued, short tests first (from its end), so the
+    long tests are not left to the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -78,26 +78,46 @@ def test_gemm_routes_writes_every_route_for_one_seed_and_eight(tmp_path):
     assert [row.split("|")[1].strip() for row in rows[2:]] == ["1", "8"]
 
 
-def test_interleave_times_each_call_alone_and_between_the_other_per_seed_step(tmp_path):
+def test_interleave_times_each_call_alone_and_between_the_other_per_seed(tmp_path):
     from benchmarks.speed.interleave import main
 
     main(["--env", "CartPole", "--seeds", "1", "2", "--steps", "20", "--repeats", "1", "--out", str(tmp_path / "t.md")])
     text = (tmp_path / "t.md").read_text()
     assert "python -m benchmarks.speed.interleave --env CartPole --seeds 1 2 --steps 20" in text
-    assert "act program eager" in text  # the tests' engine mode, said as it ran
+    assert "CartPole, 4 env(s) per seed" in text and "act program eager" in text  # the tests' engine mode, as it ran
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("|")][2:]
-    assert [row[:2] for row in rows[:7]] == [["1", call] for call in (
-        "act alone", "env step alone", "act interleaved", "env step interleaved", "act + env step alone",
-        "act + env step interleaved", "switching cost (interleaved - alone)")]
-    assert [row[0] for row in rows[7:]] == ["2"] * 7
-    for seeds in (0, 7):
-        per_call = {row[1]: float(row[2]) for row in rows[seeds:seeds + 7]}
+    # 4 and 8 sub-envs: under CartPole's batch threshold (8 sub-envs) and at it, as a run builds the layer
+    assert [row[:2] for row in rows] == [["1", "Gymnasium's step"]] * 7 + [["2", "batched physics"]] * 7
+    assert [row[2] for row in rows[:7]] == ["act alone", "env step alone", "act interleaved", "env step interleaved",
+                                            "act + env step alone", "act + env step interleaved",
+                                            "switching cost (interleaved - alone)"]
+    for first in (0, 7):
+        per_call = {row[2]: float(row[3]) for row in rows[first:first + 7]}
         assert per_call["act + env step alone"] == pytest.approx(
             per_call["act alone"] + per_call["env step alone"], abs=0.11)
         assert per_call["switching cost (interleaved - alone)"] == pytest.approx(
             per_call["act + env step interleaved"] - per_call["act + env step alone"], abs=0.21)
-    two = {row[1]: (float(row[2]), float(row[3])) for row in rows[7:]}
-    assert all(per_seed == pytest.approx(per_call / 2, abs=0.06) for per_call, per_seed in two.values())
+    assert all(float(row[4]) == pytest.approx(float(row[3]) / 2, abs=0.06) for row in rows[7:])
+
+
+def test_interleave_keeps_the_run_with_the_lowest_total_and_each_calls_own_time_in_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from benchmarks.speed import interleave
+
+    clock, runs = [0.0], []
+    monkeypatch.setattr(interleave, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def costing(seconds_by_run):
+        def call(step):
+            if step == 0 and call is first:
+                runs.append(None)
+            clock[0] += seconds_by_run[len(runs) - 1]
+        return call
+
+    # run 1: 1 s + 5 s per round (total 6), run 2: 3 s + 2 s (total 5, the lowest), run 3: 0.5 s + 6 s (6.5)
+    first, second = costing([1.0, 3.0, 0.5]), costing([5.0, 2.0, 6.0])
+    assert interleave.best_us([first, second], steps=4, repeats=3) == [3e6, 2e6]
 
 
 def test_profile_of_a_population_divides_each_phase_by_every_seeds_steps(capsys):
