@@ -39,6 +39,29 @@ def test_variant_cost_names_how_each_preset_updates(tmp_path, monkeypatch, capsy
         "vectorized", "vectorized", "vectorized", "vectorized"]
 
 
+def test_variant_cost_takes_medians_of_rounds_each_in_another_order(tmp_path, monkeypatch):
+    from benchmarks.speed import variant_cost
+
+    sps = {"ppo": [100, 90, 120], "outer_ppo": [50, 90, 60], "hp3o": [100, 100, 100]}  # by round
+    calls = []
+
+    def measured(env, algo, steps, size, recipe=True):
+        calls.append(algo)
+        return sps[algo][calls.count(algo) - 1], 0.0
+
+    monkeypatch.setattr(variant_cost, "batch_sps", measured)
+    monkeypatch.setattr(variant_cost, "update_kind", lambda env, algo: "vectorized")
+    variant_cost.main(["--envs", "CartPole", "--algos", "outer_ppo", "hp3o", "--sizes", "1", "--repeats", "3",
+                       "--out", str(tmp_path / "t.md")])
+    assert calls == ["ppo", "outer_ppo", "hp3o", "outer_ppo", "hp3o", "ppo", "hp3o", "ppo", "outer_ppo"]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in (tmp_path / "t.md").read_text().splitlines()
+            if line.startswith("| CartPole")]
+    # outer_ppo's rounds cost 2, 1 and 2 PPO's; hp3o's 1, 0.9 and 1.2
+    assert [row[2:] for row in rows] == [["ppo", "vectorized", "100", "1", "1.00-1.00"],
+                                         ["outer_ppo", "vectorized", "60", "2", "1.00-2.00"],
+                                         ["hp3o", "vectorized", "100", "1", "0.90-1.20"]]
+
+
 @pytest.mark.parametrize("tool, arguments", [
     ("variant_cost", ["--algos", "nosuch"]), ("engine_targets", ["--algos", "nosuch"]),
     ("throughput", ["--algos", "nosuch"]), ("seed_throughput", ["--algo", "nosuch"]), ("profile", ["--algo", "nosuch"]),
