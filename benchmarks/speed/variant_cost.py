@@ -7,9 +7,10 @@ Measured in one run, side by side, on one core (torch threads 1), with each fami
 (CleanRL's recipe, as every speed tool here): for each preset and population size N (--sizes), a population
 of N seeds trained with algo.backend=compiled; SPS = N x env steps / (rollout + update time), each run's first
 iteration left out (it compiles). `x_ppo_cost` = PPO's SPS at the same N / the preset's: the preset's cost per
-env step in units of PPO's (1.2 = 20% dearer). With --repeats R every preset is measured R times, each round in
-another order (rotated, so that the machine's drift falls on every preset alike): `sps` is the median of its runs,
-`x_ppo_cost` the median of the rounds' ratios and `x_ppo_cost range` their lowest and highest.
+env step in units of PPO's (1.2 = 20% dearer). With --repeats R every preset is measured R times, each round starting
+one preset later (rotated by one place, so that no preset is always measured at the same point of the machine's
+drift): `sps` is the median of its runs, `x_ppo_cost` the median of the rounds' ratios (not the ratio of the
+medians, which can differ) and `x_ppo_cost range` their lowest and highest.
 `update` says how a population runs the preset's update:
 "vectorized" (one compiled program for every seed) or "per_seed" (the algorithm's own eager update, seed by seed).
 """
