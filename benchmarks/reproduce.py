@@ -113,6 +113,20 @@ def not_comparable_here(run_dir: Path) -> str | None:
             f"promised only for portable-mode runs (SUITE_NUMERICS=portable, the default), so it is not rerun here")
 
 
+def models_note(run_dir: Path, rerun_dir: Path) -> str | None:
+    """Why numbers may differ: the run read other trained models than its rerun (a token task's reference or reward
+    model built on another machine, in another numerics mode or from another recipe). None where they agree or the
+    run predates the record."""
+    stored = json.loads((run_dir / "summary.json").read_text()).get("task_models")
+    if not stored:
+        return None
+    now = json.loads((rerun_dir / "summary.json").read_text()).get("task_models") or {}
+    changed = [f"{what} {model['name']} (sha256 {model['sha256'][:12]}) then, "
+               + (f"{now[what]['name']} (sha256 {now[what]['sha256'][:12]})" if what in now else "none") + " now"
+               for what, model in stored.items() if now.get(what) != model]
+    return f"it was trained against other models than this checkout's: {'; '.join(changed)}" if changed else None
+
+
 def source_note(run_dir: Path) -> str | None:
     """Why numbers may differ: the run's algorithm is a module:Class whose module's file has changed since."""
     stored = json.loads((run_dir / "summary.json").read_text()).get("algorithm_source")
@@ -272,10 +286,11 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{run_dir}: {elsewhere}")
                 differing += 1  # not confirmed: it does not count as reproduced
                 continue
-            lines = compare_logs(run_dir, reruns.of(run_dir))
+            rerun = reruns.of(run_dir)
+            lines = compare_logs(run_dir, rerun)
             differing += any(line.startswith("DIFF") for line in lines)
             print(f"{run_dir}:")
-            for note in (machine_note(run_dir), source_note(run_dir)):
+            for note in (machine_note(run_dir), source_note(run_dir), models_note(run_dir, rerun)):
                 if note:
                     print(f"  note: {note}")
             for line in lines:

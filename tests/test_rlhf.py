@@ -524,6 +524,31 @@ def test_a_token_tasks_evaluation_curve_and_final_score_are_the_sampled_evaluati
     assert log["eval_kl_to_reference_mean"].iloc[-1] == pytest.approx(float(again["kl_to_reference"].mean()), rel=1e-6)
 
 
+def test_a_token_task_run_records_its_models_weights_and_reproduce_names_other_ones(make_config, tmp_path, capsys):
+    """The same build fingerprint can hold other weights (built on another machine or in another numerics mode):
+    a run records the sha256 of the models it read, and a rerun against other weights says so in one line."""
+    import hashlib
+
+    from benchmarks.reproduce import main as reproduce_main
+
+    train(make_config(["env=RLHFArithmetic", "total_steps=1024", "eval.episodes=8", *QUIET]), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for what in ("reference", "reward_model"):
+        shipped = model_dir("arithmetic", what)
+        assert summary["task_models"][what] == {
+            "name": shipped.name, "sha256": hashlib.sha256((shipped / "model.safetensors").read_bytes()).hexdigest()}
+    summary["task_models"]["reward_model"]["sha256"] = "0" * 64  # as if its reward model had been built elsewhere
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        reproduce_main([str(tmp_path)])
+    name = model_dir("arithmetic", "reward_model").name
+    now = hashlib.sha256((model_dir("arithmetic", "reward_model") / "model.safetensors").read_bytes()).hexdigest()
+    notes = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert notes == [f"  note: it was trained against other models than this checkout's: reward_model {name} "
+                     f"(sha256 000000000000) then, {name} (sha256 {now[:12]}) now"]
+
+
 # 4 iterations of 1024 tokens, a checkpoint after each; killed after the second
 RESUME_RUN = ["env=RLHFPraise", "algo=hp3o", "total_steps=4096", "eval.every_steps=2048", "eval.episodes=8",
               "logging.checkpoint_every_steps=1024", "logging.progress_bar=false", "env.kl_penalty.adaptive=true"]

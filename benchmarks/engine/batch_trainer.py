@@ -130,6 +130,13 @@ def seed_rollout(rollout: Rollout, index: int, num_envs: int) -> Rollout:
                       rollout.next_value[columns] for name in Rollout.__dataclass_fields__})
 
 
+def task_models(envs) -> dict:
+    """{"task_models": ...} where the env names the trained models its numbers are computed with (a token task's
+    reference and reward model: build name and sha256 of the weights), else {}."""
+    models = getattr(envs.unwrapped, "task_models", None)
+    return {"task_models": models} if models else {}
+
+
 def seed_run_dirs(job_dir: Path, seeds: list[int]) -> list[Path]:
     """Where each seed of a batch job writes. A job directory with the suite's own batch name (conf/config.yaml's
     seed_dir: seeds0-4) stands for its seeds, which sit beside it where single-seed runs of them would; a directory
@@ -836,5 +843,5 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             sps=run.env_steps / wall_time,  # this seed's steps; the batch stepped len(seeds) times as many
             phase_seconds=run.phases.seconds,  # the batch's: every seed shares its loop
             batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config,
-            **source))
+            **source, **task_models(run.envs)))
     return summaries

@@ -42,7 +42,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from algorithms.lm_policy import next_token_log_probs
-from benchmarks.rlhf.models import model_dir, reward_scores
+from benchmarks.rlhf.models import model_dir, reward_scores, weights_record
 from benchmarks.rlhf.tasks import EOS, SPECIAL_TOKENS, get_task
 
 EOS_ID = SPECIAL_TOKENS.index(EOS)
@@ -67,6 +67,9 @@ class TokenVectorEnv(gym.vector.VectorEnv):
         self.temperature = float(temperature)
         self.missing_eos_penalty = missing_eos_penalty
         reference_dir = model_dir(self.task.name, "reference")
+        # the models this task's numbers are computed with (the reward model scores every evaluation, whichever
+        # reward trains): summary.json's task_models
+        self.task_models = {what: weights_record(model_dir(self.task.name, what)) for what in ("reference", "reward_model")}
         self.tokenizer = PreTrainedTokenizerFast.from_pretrained(reference_dir)
         self.reference = GPT2LMHeadModel.from_pretrained(reference_dir).eval()
         self.reward_model = None

@@ -255,6 +255,14 @@ def model_dir(task_name: str, what: str) -> Path:
     return out_dir
 
 
+def weights_record(directory: Path) -> dict:
+    """A model as a run read it: its build name and the sha256 of its weights. The same fingerprint built on
+    another machine, or in another numerics mode, can hold other weights; a run's summary.json keeps this record
+    of the task's models (`task_models`) so that benchmarks.reproduce names such a difference."""
+    return {"name": directory.name,
+            "sha256": hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()}
+
+
 def resolve_init_from(init_from: str) -> str:
     """env.network.init_from as a model directory: rlhf/<task> is that task's cached reference model (built on
     first use); anything else is a directory already."""
