@@ -115,16 +115,22 @@ def not_comparable_here(run_dir: Path) -> str | None:
 
 def models_note(run_dir: Path, rerun_dir: Path) -> str | None:
     """Why numbers may differ: the run read other trained models than its rerun (a token task's reference or reward
-    model built on another machine, in another numerics mode or from another recipe). None where they agree or the
-    run predates the record."""
+    model built on another machine, in another numerics mode or by other code), told by the sha256 of their
+    weights. None where they agree or the run predates the record."""
     stored = json.loads((run_dir / "summary.json").read_text()).get("task_models")
     if not stored:
         return None
     now = json.loads((rerun_dir / "summary.json").read_text()).get("task_models") or {}
-    changed = [f"{what} {model['name']} (sha256 {model['sha256'][:12]}) then, "
-               + (f"{now[what]['name']} (sha256 {now[what]['sha256'][:12]})" if what in now else "none") + " now"
-               for what, model in stored.items() if now.get(what) != model]
-    return f"it was trained against other models than this checkout's: {'; '.join(changed)}" if changed else None
+
+    def named(model: dict | None) -> str:
+        return f"{model.get('name')} (sha256 {str(model.get('sha256'))[:12]})" if model else "none"
+
+    changed = [f"{what} {named(model)} then, {named(now.get(what))} now" for what, model in stored.items()
+               if (now.get(what) or {}).get("sha256") != model.get("sha256")]
+    if not changed:
+        return None
+    return (f"it read other trained models than its rerun: {'; '.join(changed)}; a difference below may be "
+            f"these models' doing")
 
 
 def source_note(run_dir: Path) -> str | None:

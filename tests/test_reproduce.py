@@ -10,7 +10,9 @@ from benchmarks.engine.trainer import train
 @pytest.mark.slow
 def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048", *QUIET]), run_dir)
+    summary = train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048", *QUIET]),
+                    run_dir)
+    assert "task_models" not in summary  # only a task computed with trained models (a token task's) records them
 
     with pytest.raises(SystemExit) as same:
         reproduce_main([str(run_dir)])

@@ -133,7 +133,7 @@ def seed_rollout(rollout: Rollout, index: int, num_envs: int) -> Rollout:
 def task_models(envs) -> dict:
     """{"task_models": ...} where the env names the trained models its numbers are computed with (a token task's
     reference and reward model: build name and sha256 of the weights), else {}."""
-    models = getattr(envs.unwrapped, "task_models", None)
+    models = getattr(getattr(envs, "unwrapped", envs), "task_models", None)
     return {"task_models": models} if models else {}
 
 

@@ -113,8 +113,11 @@ def module_source(module_name: str) -> dict:
     file = getattr(importlib.import_module(module_name), "__file__", None)
     if file is None:
         return {"module": module_name, "file": None, "sha256": None}
-    return {"module": module_name, "file": str(Path(file).resolve()),
-            "sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest()}
+    return {"module": module_name, "file": str(Path(file).resolve()), "sha256": file_sha256(Path(file))}
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def git_commit() -> str | None:

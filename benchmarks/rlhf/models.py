@@ -256,11 +256,12 @@ def model_dir(task_name: str, what: str) -> Path:
 
 
 def weights_record(directory: Path) -> dict:
-    """A model as a run read it: its build name and the sha256 of its weights. The same fingerprint built on
-    another machine, or in another numerics mode, can hold other weights; a run's summary.json keeps this record
-    of the task's models (`task_models`) so that benchmarks.reproduce names such a difference."""
-    return {"name": directory.name,
-            "sha256": hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()}
+    """A model as a run read it: its build name and the sha256 of its weights. Builds of one fingerprint made on
+    another machine, in another numerics mode or by older code can hold other weights; a run's summary.json keeps
+    this record of the task's models (`task_models`) so that benchmarks.reproduce names such a difference."""
+    from benchmarks.engine.run_dir import file_sha256
+
+    return {"name": directory.name, "sha256": file_sha256(directory / "model.safetensors")}
 
 
 def resolve_init_from(init_from: str) -> str:
