@@ -69,7 +69,8 @@ class TokenVectorEnv(gym.vector.VectorEnv):
         reference_dir = model_dir(self.task.name, "reference")
         # the models this task's numbers are computed with (the reward model scores every evaluation, whichever
         # reward trains): summary.json's task_models
-        self.task_models = {what: weights_record(model_dir(self.task.name, what)) for what in ("reference", "reward_model")}
+        self.task_models = {what: weights_record(model_dir(self.task.name, what))
+                            for what in ("reference", "reward_model")}
         self.tokenizer = PreTrainedTokenizerFast.from_pretrained(reference_dir)
         self.reference = GPT2LMHeadModel.from_pretrained(reference_dir).eval()
         self.reward_model = None
