@@ -45,6 +45,7 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from algorithms.lm_policy import padding_mask
+from benchmarks.engine.run_dir import file_sha256
 from benchmarks.rlhf.tasks import BOS, EOS, PAD, TASKS, Task, get_task
 
 transformers_logging.disable_progress_bar()  # "Loading weights" bars on every model load
@@ -259,8 +260,6 @@ def weights_record(directory: Path) -> dict:
     """A model as a run read it: its build name and the sha256 of its weights. Builds of one fingerprint made on
     another machine, in another numerics mode or by older code can hold other weights; a run's summary.json keeps
     this record of the task's models (`task_models`) so that benchmarks.reproduce names such a difference."""
-    from benchmarks.engine.run_dir import file_sha256
-
     return {"name": directory.name, "sha256": file_sha256(directory / "model.safetensors")}
 
 
