@@ -1,5 +1,5 @@
-"""The cost of one PPO minibatch step and of one act call, per seed: the eager torch update and the population's
-compiled program for 1 and N seeds (algorithms/population.py).
+"""The cost of one PPO minibatch step and of one act call, per seed: the eager torch update, the population's
+program run eager for one seed (no C++ compiler) and compiled for 1 and N seeds (algorithms/population.py).
 
     python -m benchmarks.speed.population_step                                  # HalfCheetah and CartPole shapes
     python -m benchmarks.speed.population_step --sizes 1 8 16 --out results/tables/population_step.md
@@ -64,9 +64,10 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         act = microseconds(lambda: algorithm.act(obs), calls)
     out["eager torch, one seed"] = (microseconds(lambda: algorithm.minibatch_step(single, algorithm.optimizer), calls),
                                     act)
-    for size in sizes:
+    # the population's program run eager (no C++ compiler, the tests' mode) for one seed, then compiled
+    for size, mode in [(1, "eager"), *((size, "compiled") for size in sizes)]:
         algorithms = algorithms_for(env, "compiled", size)
-        population = PopulationBatch(algorithms, [RandomState() for _ in algorithms])
+        population = PopulationBatch(algorithms, [RandomState() for _ in algorithms], mode=mode)
         state = {"params": stack_parameters([a.policy for a in algorithms]),
                  "adam": adam_state_from([a.optimizer for a in algorithms], [a.policy for a in algorithms])}
         step_program: PopulationStep = population.steps[0]
@@ -77,9 +78,9 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
 
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
         acting = np.ones(size, dtype=bool)
-        step(), population.act(observations, acting)  # compiled here, outside the timed calls
+        step(), population.act(observations, acting)  # compiled here (if compiled), outside the timed calls
         with population.unchecked_calls():  # as the trainer calls them: guards checked once per block
-            out[f"compiled, population of {size}"] = (
+            out[f"{mode}, population of {size}"] = (
                 microseconds(step, calls) / size, microseconds(lambda: population.act(observations, acting), calls) / size)
     return out
 
