@@ -7,7 +7,7 @@ A population is S algorithm objects of one config (one per seed). Their paramete
     step(params, adam, minibatch, lr, active, loss inputs, buffers) -> params', adam', stats
 
     loss      = sum of algorithm.loss_terms(...)       the algorithm's own named terms, traced once
-    grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient
+    grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient (gradient_and_stats)
     clip      = PPO's global gradient-norm clip        (PPO detail #11)
     adam      = Adam's update written as tensor ops    (torch.optim.Adam's formula, in its order)
 
@@ -71,6 +71,20 @@ class LossModule(nn.Module):
             stats: dict[str, torch.Tensor] = {}
             loss = sum_terms(algorithm.phase_terms(self.phase, minibatch, stats))
         return loss, ({**stats, "loss": loss.detach()} if self.phase.logs_loss else stats)
+
+
+def gradient_and_stats(loss: Callable, flat: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The gradient of loss (a function of the flat parameters returning (loss, stats)) at flat, and its stats.
+    Inside torch.func's vmap or a compile trace: torch.func.grad. Called directly (an eager population of one:
+    CompiledOnce.on_row_zero), torch.autograd.grad on the same graph: the same numbers without torch.func's
+    layer around every operation, which costs eager a third more per minibatch."""
+    if torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None:
+        return torch.func.grad(loss, has_aux=True)(flat)
+    flat = flat.detach().requires_grad_()
+    with torch.enable_grad():
+        value, stats = loss(flat)
+        (grad,) = torch.autograd.grad(value, flat)
+    return grad, pytree.tree_map(torch.Tensor.detach, stats)
 
 
 def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +409,7 @@ class PopulationStep:
             named = {f"policy.{name}": value for name, value in (self.layout.unflatten(parameters) | buffers).items()}
             return torch.func.functional_call(self.module, named, (minibatch, inputs))
 
-        grad, stats = torch.func.grad(loss, has_aux=True)(flat)
+        grad, stats = gradient_and_stats(loss, flat)
         if self.owned is not None:  # the norm and the step see the phase's own parameters only
             grad = torch.where(self.owned, grad, 0.0)
         if self.max_grad_norm is not None:

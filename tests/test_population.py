@@ -1107,6 +1107,44 @@ def test_an_eager_program_of_one_seed_calls_the_seeds_function_on_its_row_and_re
         assert torch.equal(alone[1]["norm"][0], together[1]["norm"][index])
 
 
+@pytest.mark.parametrize("algo", ["ppo", "ppo_kl", "outer_ppo"])
+def test_an_eager_step_of_one_seed_differentiates_with_autograd_to_torch_funcs_numbers(algo, eager, monkeypatch):
+    """Eager, one seed (no C++ compiler; the tests' mode), a step differentiates its loss with torch.autograd.grad:
+    torch.func.grad's layer around every operation costs a third more per minibatch. Bit for bit the gradient and
+    statistics torch.func.grad gives, in each phase of the preset (Outer-PPO's full-batch inner loop: two)."""
+    from algorithms import build_algorithm
+    from algorithms.population import MASK, gradient_and_stats, loss_input_tensors
+    from benchmarks.engine.batch_trainer import RandomState
+
+    torch.manual_seed(0)
+    algorithm = build_algorithm(algo, 17, 6, False, compose_config(short_run("HalfCheetah", algo, 1)).algo, 10)
+    population = PopulationBatch([algorithm], [RandomState()])
+    generator, rows = torch.Generator().manual_seed(1), 64
+    minibatch = {"obs": torch.randn(rows, 17, generator=generator), "actions": torch.randn(rows, 6, generator=generator),
+                 "log_probs": -8 * torch.rand(rows, generator=generator), "values": torch.randn(rows, generator=generator),
+                 "advantages": torch.randn(rows, generator=generator), "returns": torch.randn(rows, generator=generator),
+                 MASK: torch.ones(rows)}
+    inputs = loss_input_tensors(algorithm)
+    for step in population.steps:
+        def loss(flat):
+            named = {f"policy.{name}": value for name, value in step.layout.unflatten(flat).items()}
+            return torch.func.functional_call(step.module, named, (minibatch, inputs))
+
+        expected_grad, expected_stats = torch.func.grad(loss, has_aux=True)(population.params[0])
+        grad, stats = gradient_and_stats(loss, population.params[0])
+        assert grad.abs().sum() > 0 and torch.equal(grad, expected_grad) and stats.keys() == expected_stats.keys()
+        assert all(torch.equal(stats[key], expected_stats[key]) and not stats[key].requires_grad for key in stats)
+
+    monkeypatch.setattr(torch.func, "grad", lambda *args, **kwargs: pytest.fail("the eager step of one seed called "
+                                                                                "torch.func.grad"))
+    step = population.steps[0]
+    params, _, stats = step(population.params, population.moments[step.module.phase.optimizer],
+                            {key: value.unsqueeze(0) for key, value in minibatch.items()}, [1e-3],
+                            torch.ones(1, dtype=torch.bool), {key: value.unsqueeze(0) for key, value in inputs.items()},
+                            {})
+    assert not torch.equal(params, population.params) and all(torch.isfinite(value).all() for value in stats.values())
+
+
 def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without_dynamos_frame(compiled):
     # The frame costs more than a small graph; where the graph reads nothing but the call's own tensors, the
     # block's later calls run it directly, with the frame's outputs in the frame's structure. A graph that reads a
