@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("POPULATION_COMPILE", "0")
 # Overrides that keep a run small and quiet: no TensorBoard, no bar, one eval episode.
 QUIET = ["logging.tensorboard=false", "logging.progress_bar=false", "eval.episodes=1", "eval.at_start=false"]
+# Two epochs of 8 minibatches per update: the same masks, padding and per-seed steps as a tuned preset's hundreds
+# (CartPole's 14 x 32, the MuJoCo studies' 13 x 64), at a fraction of an eager update's cost; for tests of what
+# the update's size does not change (resume, reproduce, signals, a seed that stops).
+SMALL_UPDATE = ["env.hparams.update_epochs=2", "env.hparams.num_minibatches=8"]
 
 
 def pytest_collection_modifyitems(items):

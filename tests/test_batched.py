@@ -17,7 +17,7 @@ from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
-from tests.conftest import ROOT, assert_identical_logs
+from tests.conftest import ROOT, SMALL_UPDATE, assert_identical_logs
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
 # 8 iterations of 512 steps per seed, a checkpoint after each; the family's own values (as SMALL_RUN)
@@ -113,7 +113,7 @@ def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(bac
 
     monkeypatch.setattr(population_class, "update", update_then_poison_seed0)
     overrides = ["env=CartPole", "algo=ppo", f"algo.backend={backend}", "total_steps=4096", "eval.every_steps=2048",
-                 "eval.episodes=2", "logging.progress_bar=false", "logging.tensorboard=false"]
+                 "eval.episodes=2", *SMALL_UPDATE, "logging.progress_bar=false", "logging.tensorboard=false"]
     summaries = train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
     failed = json.loads((tmp_path / "seed0" / "summary.json").read_text())
     assert failed["status"] == "failed"

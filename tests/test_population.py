@@ -27,15 +27,11 @@ from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
+from tests.conftest import SMALL_UPDATE
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
 PRESETS = ["ppo", "ppo_kl", "outer_ppo", "outer_ppo_lr", "outer_ppo_nesterov", "outer_ppo_biased", "hp3o",
            "hp3o_plus"]
-
-
-# Two epochs of 8 minibatches per update: the same masks, padding and per-seed steps as a tuned preset's hundreds
-# (the MuJoCo studies' 13 x 64), at a fraction of an eager population's cost.
-SMALL_UPDATE = ["env.hparams.update_epochs=2", "env.hparams.num_minibatches=8"]
 
 
 def short_run(env: str, algo: str, iterations: int) -> list[str]:

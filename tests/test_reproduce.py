@@ -1,7 +1,7 @@
 """benchmarks.reproduce: a stored run retrained from its own config gives every logged number again."""
 
 import pytest
-from conftest import QUIET
+from conftest import QUIET, SMALL_UPDATE
 
 from benchmarks.reproduce import main as reproduce_main
 from benchmarks.engine.trainer import train
@@ -10,8 +10,8 @@ from benchmarks.engine.trainer import train
 @pytest.mark.slow
 def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    summary = train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048", *QUIET]),
-                    run_dir)
+    summary = train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "seed=3", "total_steps=2048",
+                                 *SMALL_UPDATE, *QUIET]), run_dir)
     assert "task_models" not in summary  # only a task computed with trained models (a token task's) records them
 
     with pytest.raises(SystemExit) as same:
@@ -103,8 +103,8 @@ def test_the_loop_times_its_phases_and_the_profile_reads_them(make_config, tmp_p
 def test_a_seed_of_a_batch_is_reproduced_by_rerunning_its_batch(make_config, tmp_path, capsys):
     from benchmarks.engine.batch_trainer import train_batch
 
-    config = make_config(["env=Pendulum", "seeds=[4,5,6]", "total_steps=2048",
-                          "eval.every_steps=1024", *QUIET])
+    config = make_config(["env=Pendulum", "seeds=[4,5,6]", "total_steps=2048", "eval.every_steps=1024",
+                          *SMALL_UPDATE, *QUIET])
     runs = [tmp_path / "job" / f"seed{seed}" for seed in (4, 5, 6)]
     train_batch(config, runs)
 
@@ -182,8 +182,9 @@ def test_a_packed_run_is_compared_on_the_last_100_episodes_its_suite_keeps(make_
     from benchmarks.pack import main as pack_main
 
     run_dir = tmp_path / "suite" / "CartPole" / "ppo" / "seed0"
+    # hardly learning: short episodes
     train(make_config(["env=CartPole", "algo=ppo", "algo.backend=torch", "total_steps=6144", "algo.lr=1e-5",
-                       *QUIET]), run_dir)  # hardly learning: short episodes
+                       *SMALL_UPDATE, *QUIET]), run_dir)
     episodes = (run_dir / "episodes.csv").read_text().count("\n") - 1
     assert episodes > 100  # CartPole's first episodes last ~20 steps
     pack_main([str(tmp_path / "suite")])
