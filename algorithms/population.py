@@ -7,7 +7,8 @@ A population is S algorithm objects of one config (one per seed). Their paramete
     step(params, adam, minibatch, lr, active, loss inputs, buffers) -> params', adam', stats
 
     loss      = sum of algorithm.loss_terms(...)       the algorithm's own named terms, traced once
-    grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient (gradient_and_stats)
+    grads     = torch.func.grad(loss)                  autograd, no hand-derived gradient (eager for one seed:
+                                                       torch.autograd.grad; gradient_and_stats)
     clip      = PPO's global gradient-norm clip        (PPO detail #11)
     adam      = Adam's update written as tensor ops    (torch.optim.Adam's formula, in its order)
 
@@ -77,13 +78,16 @@ def gradient_and_stats(loss: Callable, flat: torch.Tensor) -> tuple[torch.Tensor
     """The gradient of loss (a function of the flat parameters returning (loss, stats)) at flat, and its stats.
     Inside torch.func's vmap or a compile trace: torch.func.grad. Called directly (an eager population of one:
     CompiledOnce.on_row_zero), torch.autograd.grad on the same graph: the same numbers without torch.func's
-    layer around every operation, which costs eager a third more per minibatch."""
-    if torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None:
+    layer around every operation, which made that eager step 1.6x as long (benchmarks.speed.population_step).
+    As torch.func.grad, a loss that does not read the parameters has a zero gradient."""
+    if (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+            or torch._C._functorch.maybe_current_level() is not None):
         return torch.func.grad(loss, has_aux=True)(flat)
     flat = flat.detach().requires_grad_()
     with torch.enable_grad():
         value, stats = loss(flat)
-        (grad,) = torch.autograd.grad(value, flat)
+        grad = (torch.autograd.grad(value, flat, allow_unused=True, materialize_grads=True)[0]
+                if value.requires_grad else torch.zeros_like(flat))
     return grad, pytree.tree_map(torch.Tensor.detach, stats)
 
 

@@ -64,8 +64,9 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         act = microseconds(lambda: algorithm.act(obs), calls)
     out["eager torch, one seed"] = (microseconds(lambda: algorithm.minibatch_step(single, algorithm.optimizer), calls),
                                     act)
-    # the population's program run eager (no C++ compiler, the tests' mode) for one seed, then compiled
-    for size, mode in [(1, "eager"), *((size, "compiled") for size in sizes)]:
+    # the population's program run eager (no C++ compiler, the tests' mode) for one seed, then as a run compiles
+    # it (None: compile_mode(), which pins the code generator's vector width)
+    for size, mode in [(1, "eager"), *((size, None) for size in sizes)]:
         algorithms = algorithms_for(env, "compiled", size)
         population = PopulationBatch(algorithms, [RandomState() for _ in algorithms], mode=mode)
         state = {"params": stack_parameters([a.policy for a in algorithms]),
@@ -80,7 +81,7 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
         acting = np.ones(size, dtype=bool)
         step(), population.act(observations, acting)  # compiled here (if compiled), outside the timed calls
         with population.unchecked_calls():  # as the trainer calls them: guards checked once per block
-            out[f"{mode}, population of {size}"] = (
+            out[f"{mode or 'compiled'}, population of {size}"] = (
                 microseconds(step, calls) / size, microseconds(lambda: population.act(observations, acting), calls) / size)
     return out
 
