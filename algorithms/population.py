@@ -600,6 +600,15 @@ class PopulationBatch:
     def act_one_seed(self, flat: torch.Tensor, buffers: dict, obs: torch.Tensor, draws: torch.Tensor):
         return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat) | buffers, (obs, draws))
 
+    def policy_outputs(self, obs: torch.Tensor, draws: torch.Tensor):
+        """action, log_prob, value [seeds, envs, ...] of every seed's policy. Eager, a population of one runs its
+        module itself: between updates its parameters and buffers are the population's row 0 (parameters_to and
+        stack_parameters after every update and resume), and functional_call's swap of them into the module costs
+        more than the forward itself (python -m benchmarks.speed.population_step --sizes 1)."""
+        if self.mode != "compiled" and len(self) == 1:
+            return tuple(output.unsqueeze(0) for output in self.policies[0](obs[0], draws[0]))
+        return self.acting(self.params, self.seed_buffers(), obs, draws)
+
     def noise(self, obs: torch.Tensor) -> torch.Tensor:
         """The act program's draws [seeds, envs, width] for observations [seeds, envs, obs_dim] (width: the actor's
         output), allocated on the first act or value call (the program is compiled for one env count: another
@@ -622,7 +631,7 @@ class PopulationBatch:
             else:
                 slab.normal_(generator=randoms.torch)
         with torch.no_grad():
-            action, log_prob, value = self.acting(self.params, self.seed_buffers(), obs, draws)
+            action, log_prob, value = self.policy_outputs(obs, draws)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
@@ -630,7 +639,7 @@ class PopulationBatch:
         they were (no stream moves; the action it also computes is not used), so that one program serves both."""
         with torch.no_grad():
             obs = torch.from_numpy(obs)
-            return self.acting(self.params, self.seed_buffers(), obs, self.noise(obs))[2].numpy()
+            return self.policy_outputs(obs, self.noise(obs))[2].numpy()
 
     # -- learning -----------------------------------------------------------------
 

@@ -1148,6 +1148,55 @@ def test_an_eager_step_of_one_seed_differentiates_with_autograd_to_torch_funcs_n
     assert not torch.equal(params, population.params) and all(torch.isfinite(value).all() for value in stats.values())
 
 
+@pytest.mark.parametrize("env, obs_dim, action_dim, discrete", [("HalfCheetah", 17, 6, False), ("CartPole", 4, 2, True)])
+@pytest.mark.parametrize("algo", ["ppo", "outer_ppo", "outer_ppo_biased", "hp3o"])
+def test_an_eager_population_of_one_acts_with_its_module_to_the_programs_numbers(
+        algo, env, obs_dim, action_dim, discrete, eager, monkeypatch):
+    """Eager, one seed acts with its policy module itself, not through functional_call's swap of the population's
+    row 0 into it (which cost more than the forward): so the module must hold row 0 whenever the population acts -
+    at the start and after each update, where Outer-PPO's outer step (end_update) and the biased start
+    (begin_update) move the parameters outside the step, and HP3O's update trains on its buffer. Bit for bit the
+    act program's action, log-prob and value."""
+    from algorithms import build_algorithm
+    import numpy as np
+    from torch.utils import _pytree as pytree
+
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    torch.manual_seed(0)
+    cfg = compose_config([f"env={env}", f"algo={algo}", "algo.backend=compiled", *SMALL_UPDATE])
+    algorithm = build_algorithm(cfg.algo.algorithm, obs_dim, action_dim, discrete, cfg.algo, 10)
+    population = PopulationBatch([algorithm], [RandomState()])
+    generator = torch.Generator().manual_seed(1)
+    obs = torch.randn(1, 3, obs_dim, generator=generator)
+    draws = torch.rand(1, 3, action_dim, generator=generator) + 0.1  # exponential draws (categorical) are > 0
+    real_functional_call = torch.func.functional_call
+
+    def module_outputs_equal_the_programs():
+        monkeypatch.setattr(torch.func, "functional_call", lambda *args, **kwargs: pytest.fail(
+            "an eager population of one acted through functional_call"))
+        with torch.no_grad():
+            got = population.policy_outputs(obs, draws)
+            values = population.value(obs.numpy())
+            population.act(obs.numpy(), np.ones(1, dtype=bool))
+        monkeypatch.setattr(torch.func, "functional_call", real_functional_call)
+        with torch.no_grad():
+            expected = population.acting.one_seed(population.params[0], population.seed_buffers(), obs[0], draws[0])
+        expected = pytree.tree_map(lambda tensor: tensor.unsqueeze(0), expected)
+        assert all(torch.equal(a, b) for a, b in zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True))
+        assert np.array_equal(values, expected[2].numpy())
+        return expected
+
+    before = module_outputs_equal_the_programs()
+    for iteration, seed in enumerate((1, 2), start=1):
+        population.update([synthetic_rollout(algorithm, obs_dim, num_steps=64, num_envs=2, seed=seed)], iteration,
+                          [True])
+        after = module_outputs_equal_the_programs()
+        assert not torch.equal(after[2], before[2])  # the update moved the critic
+        before = after
+
+
 def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without_dynamos_frame(compiled):
     # The frame costs more than a small graph; where the graph reads nothing but the call's own tensors, the
     # block's later calls run it directly, with the frame's outputs in the frame's structure. A graph that reads a
