@@ -1205,23 +1205,31 @@ def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without
 
     if compile_mode() != "compiled":
         pytest.skip("no C++ compiler: programs run eager")
-    program = CompiledOnce(lambda x, y: (torch.tanh(x) * y, {"sum": (x * y).sum()}), "compiled")
-    x, y = torch.randn(4, 3), torch.randn(4, 3)
-    expected = program(x, y)
+    # arguments that are tensors and dicts of tensors (keys not in sorted order), a result of a tensor and a dict
+    program = CompiledOnce(lambda x, named: (torch.tanh(x) * named["y"], {"sum": (x * named["y"]).sum(),
+                                                                          "max": (x - named["a"]).max()}), "compiled")
+    x, named = torch.randn(4, 3), {"y": torch.randn(4, 3), "a": torch.randn(4, 3)}
+    expected = program(x, named)
     assert program.direct is not None
     with UncheckedCalls([program]):
-        program(x, y)                             # the block's first call: dynamo's frame, its guards checked
+        program(x, named)                         # the block's first call: dynamo's frame, its guards checked
         calls = []
         direct = program.direct
         program.direct = lambda arguments: calls.append(arguments) or direct(arguments)
-        got = program(x, y)
+        x, named = torch.randn(4, 3), {"y": torch.randn(4, 3), "a": torch.randn(4, 3)}  # new values, same program
+        expected = program.fn(x, named)           # dynamo's frame
+        got = program(x, named)
     assert len(calls) == 1
-    assert isinstance(got, tuple) and torch.equal(got[0], expected[0]) and torch.equal(got[1]["sum"], expected[1]["sum"])
+    assert isinstance(got, tuple) and torch.equal(got[0], expected[0]) and list(got[1]) == ["sum", "max"]
+    assert all(torch.equal(got[1][key], expected[1][key]) for key in expected[1])
 
     held = {"scale": torch.tensor(2.0)}
-    reads_elsewhere = CompiledOnce(lambda x: x * held["scale"], "compiled")
-    assert reads_elsewhere(torch.ones(3)).tolist() == [2.0] * 3
+    reads_elsewhere = CompiledOnce(lambda x: (x * held["scale"],), "compiled")
+    assert reads_elsewhere(torch.ones(3))[0].tolist() == [2.0] * 3
     assert reads_elsewhere.direct is None
+    # a result this does not pack (a dict of dicts): the frame packs it
+    nested = CompiledOnce(lambda x: (x + 1, {"inner": {"sum": x.sum()}}), "compiled")
+    assert nested(torch.ones(4, 3))[1]["inner"]["sum"].tolist() == [3.0] * 4 and nested.direct is None
 
 
 class PPOCountingEpochs(PPO):
