@@ -228,7 +228,7 @@ class CompiledOnce:
     """torch.vmap(one_seed) over the leading seed axis of every argument, torch.compile'd on its first call and
     never again: a later recompilation (a guard that failed) raises instead of silently compiling anew or, past
     dynamo's limit, running eager with other rounding. Eager, a population of one calls one_seed itself on row 0:
-    vmap's cost per operation buys nothing for one seed.
+    vmap's cost per operation buys nothing for one seed (its act does not come here: PopulationBatch.policy_outputs).
 
     Guards: before each call dynamo checks what the program was compiled for (input shapes and dtypes, Python
     values it read) - measured here at 25-50 us, as much as the whole act program for one seed. Inside
@@ -294,24 +294,26 @@ def direct_call(graphs: list, args: tuple, result) -> Callable | None:
     attribute), whose result is a tuple of tensors and dicts of tensors, and whose outputs, recomputed from copies
     of those inputs, equal the frame's result exactly, in its order. Where each input sits among the arguments
     and how the outputs pack into the result are found here, once: a walk of both structures on every call
-    (pytree's) cost about a sixth of the act program's call for one seed and a tenth of the step's."""
+    (pytree's) cost about a fifth of the act program's call for one seed."""
     if len(graphs) != 1 or type(result) is not tuple:
         return None
     compiled, example_inputs = graphs[0]
-    where = {}  # id of each tensor of the arguments -> (position, None) for an argument, (position, key) in a dict
+    where = {}  # id of each tensor of the arguments -> (position, ()) for an argument, (position, (key,)) in a dict
     for position, argument in enumerate(args):
-        for key, value in (argument.items() if isinstance(argument, dict) else [(None, argument)]):
+        for path, value in ([((key,), value) for key, value in argument.items()] if isinstance(argument, dict)
+                            else [((), argument)]):
             if isinstance(value, torch.Tensor):
-                where[id(value)] = (position, key)
+                where[id(value)] = (position, path)
     if not all(id(tensor) in where for tensor in example_inputs):
         return None
     picks = [where[id(tensor)] for tensor in example_inputs]
-    if not all(isinstance(part, (torch.Tensor, dict)) for part in result):
+    if not all(isinstance(part, torch.Tensor) or isinstance(part, dict) and all(
+            isinstance(value, torch.Tensor) for value in part.values()) for part in result):
         return None
     parts = [list(part) if isinstance(part, dict) else None for part in result]  # a dict's keys; None: a tensor
 
     def inputs_of(arguments: tuple) -> list:
-        return [arguments[position] if key is None else arguments[position][key] for position, key in picks]
+        return [arguments[position][path[0]] if path else arguments[position] for position, path in picks]
 
     def packed(outputs) -> tuple:
         outputs = iter(outputs)
@@ -323,7 +325,7 @@ def direct_call(graphs: list, args: tuple, result) -> Callable | None:
             isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.dtype == want.dtype
             and torch.equal(got, want) for got, want in zip(outputs, expected))):
         return None
-    if pytree.tree_structure(packed(outputs)) != spec:  # a dict of dicts, say: its values are not the outputs
+    if pytree.tree_structure(packed(outputs)) != spec:
         return None
 
     def call(arguments: tuple):
@@ -619,10 +621,11 @@ class PopulationBatch:
         return torch.func.functional_call(self.policies[0], self.layout.unflatten(flat) | buffers, (obs, draws))
 
     def policy_outputs(self, obs: torch.Tensor, draws: torch.Tensor):
-        """action, log_prob, value [seeds, envs, ...] of every seed's policy. Eager, a population of one runs its
-        module itself: between updates its parameters and buffers are the population's row 0 (parameters_to and
-        stack_parameters after every update and resume), and functional_call's swap of them into the module costs
-        more than the forward itself (python -m benchmarks.speed.population_step --sizes 1)."""
+        """action, log_prob, value [seeds, envs, ...] of every seed's policy, under the caller's torch.no_grad (the
+        module's parameters require grad). Eager, a population of one runs its module itself: between updates the
+        module's parameters are the population's row 0 (parameters_to and stack_parameters after every update and
+        resume), its buffers are read from it either way, and functional_call's swap of the row into the module
+        costs more than the forward itself (python -m benchmarks.speed.population_step --sizes 1)."""
         if self.mode != "compiled" and len(self) == 1:
             return tuple(output.unsqueeze(0) for output in self.policies[0](obs[0], draws[0]))
         return self.acting(self.params, self.seed_buffers(), obs, draws)

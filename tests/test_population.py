@@ -1182,7 +1182,8 @@ def test_an_eager_population_of_one_acts_with_its_module_to_the_programs_numbers
             population.act(obs.numpy(), np.ones(1, dtype=bool))
         monkeypatch.setattr(torch.func, "functional_call", real_functional_call)
         with torch.no_grad():
-            expected = population.acting.one_seed(population.params[0], population.seed_buffers(), obs[0], draws[0])
+            buffers = {name: value[0] for name, value in population.seed_buffers().items()}
+            expected = population.acting.one_seed(population.params[0], buffers, obs[0], draws[0])
         expected = pytree.tree_map(lambda tensor: tensor.unsqueeze(0), expected)
         assert all(torch.equal(a, b) for a, b in zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True))
         assert np.array_equal(values, expected[2].numpy())
@@ -1230,6 +1231,8 @@ def test_inside_a_block_a_program_of_its_arguments_alone_calls_its_graph_without
     # a result this does not pack (a dict of dicts): the frame packs it
     nested = CompiledOnce(lambda x: (x + 1, {"inner": {"sum": x.sum()}}), "compiled")
     assert nested(torch.ones(4, 3))[1]["inner"]["sum"].tolist() == [3.0] * 4 and nested.direct is None
+    holding_nothing = CompiledOnce(lambda x: (x + 1, {"sum": x.sum(), "none": {}}), "compiled")
+    assert holding_nothing(torch.ones(4, 3))[1]["none"] == {} and holding_nothing.direct is None
 
 
 class PPOCountingEpochs(PPO):
