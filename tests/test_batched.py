@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from benchmarks.engine.batch_trainer import train_batch
-from benchmarks.engine.checkpoint import read_checkpoint
+from benchmarks.engine.checkpoint import read_checkpoint, rng_states
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
-from tests.conftest import ROOT, SMALL_UPDATE, assert_identical_logs
+from tests.conftest import QUIET, ROOT, SMALL_UPDATE, assert_identical_logs
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
 # 8 iterations of 512 steps per seed, a checkpoint after each; the family's own values (as SMALL_RUN)
@@ -94,6 +94,25 @@ def test_seed_i_of_an_eager_population_logs_what_it_logs_alone_bit_for_bit(task,
     for seed in (0, 1):
         train(compose_config([*overrides, f"seed={seed}"]), tmp_path / "alone" / f"seed{seed}")
         assert_identical_logs(tmp_path / "alone" / f"seed{seed}", tmp_path / "population" / f"seed{seed}")
+
+
+def test_a_single_run_on_the_population_engine_draws_from_the_processs_streams_and_swaps_none(tmp_path,
+                                                                                             monkeypatch):
+    """A single run draws as a plain script does, on either engine: its acting noise, its minibatch permutations and
+    any global draw of its code come from the process's streams, which its checkpoint records; nothing is swapped
+    in and out around its code (each seed of a population swaps its own)."""
+    from benchmarks.engine.batch_trainer import RandomState
+
+    def swap(self):
+        raise AssertionError("a single run swapped its streams in")
+
+    monkeypatch.setattr(RandomState, "__enter__", swap)
+    train(compose_config(["env=CartPole", "algo=ppo", "algo.backend=compiled", "total_steps=1024",
+                          "eval.every_steps=1024", *SMALL_UPDATE, *QUIET]), tmp_path)
+    recorded, process = read_checkpoint(tmp_path / "checkpoint.pt")["rng"], rng_states()
+    assert recorded["python"] == process["python"]
+    assert torch.equal(recorded["numpy"][1], process["numpy"][1]) and recorded["numpy"][2:] == process["numpy"][2:]
+    assert torch.equal(recorded["torch"], process["torch"])  # the run's draws moved the process's torch stream
 
 
 @pytest.mark.parametrize("backend", ["compiled", "torch"])

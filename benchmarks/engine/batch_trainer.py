@@ -107,8 +107,12 @@ class RandomState:
 
 
 class ProcessStreams:
-    """The eager path's single run: its streams are the process's own global ones, as a plain script's (so that
-    anything drawing from them - a task's own code included - draws in the order such a script would)."""
+    """A single run's streams: the process's own global ones, as a plain script's (so that anything drawing from
+    them - a task's own code included - draws in the order such a script would), with nothing to swap around the
+    seed's code: a population of two or more swaps each seed's RandomState in and out of them around every block of
+    its code, which numpy's get_state and set_state make cost more than the rest of the block for PPO's update."""
+
+    torch = torch.default_generator  # acting and shuffling draw from the global torch stream too
 
     def __enter__(self) -> "ProcessStreams":
         return self
@@ -199,7 +203,7 @@ class SeedRun:
         self.episode_ended = np.zeros(env_cfg.num_envs, dtype=bool)
         self.progress_bar = progress_bar
         self.active, self.error = True, None  # error: the NonFiniteError that stopped this seed
-        # from here on the seed's own streams (each seed of a population), or the process's (an eager single run)
+        # from here on the seed's own streams (each seed of a population), or the process's (a single run)
         self.randoms = RandomState() if own_streams else ProcessStreams()
 
     def state_dict(self, wall_time: float, log_sizes: dict[str, int]) -> dict:
@@ -643,8 +647,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
     if cfg.algo.backend not in ("compiled", "torch"):
         raise ValueError(f"algo.backend must be compiled or torch, got {cfg.algo.backend!r}")
     compiled = cfg.algo.backend == "compiled"
-    # each seed its own random streams, except an eager single run: it draws from the process's, as a script does
-    own_streams = compiled or len(seeds) > 1
+    # each seed its own random streams, except a single run: it draws from the process's, as a script does
+    own_streams = len(seeds) > 1
     runs = [SeedRun(seed_config(cfg, seed), run_dir, progress_bar=cfg.logging.progress_bar and index == 0,
                     own_streams=own_streams) for index, (seed, run_dir) in enumerate(zip(seeds, run_dirs))]
     algorithms, randoms = [run.algorithm for run in runs], [run.randoms for run in runs]
