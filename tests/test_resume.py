@@ -564,10 +564,12 @@ def test_a_full_disk_mid_checkpoint_is_one_line_leaves_nothing_behind_and_resume
 @pytest.mark.slow
 def test_a_signal_landing_inside_a_compiled_program_is_recorded_not_raised():
     """Preemption signals arrive at any moment, so also while a compiled population program runs with its guards
-    skipped (UncheckedCalls: a rollout, an update). There a new Python frame - a Python signal handler - makes torch
-    raise (a cache miss under skip_guard_eval_unsafe) and the run fails instead of checkpointing: measured with a
-    Python function as the handler and SIGTERM raised every 0.3 ms, within 150-16,000 calls. So the handler must be
-    C code; and with it, the same storm of signals leaves every call of the program intact and the signal recorded."""
+    skipped (UncheckedCalls: a rollout, an update). There a new Python frame - a Python signal handler - made torch
+    raise (a cache miss under skip_guard_eval_unsafe) and a 10-seed MuJoCo population failed instead of
+    checkpointing. So the handler must be C code: the assertion on its type is what fails if a Python handler comes
+    back (this small program, called under the same storm with a Python function as the handler, did not fail in
+    20,000 calls here, so the storm alone would not catch it). With the C handler, a storm of SIGTERM every 0.3 ms
+    leaves every call of the program intact and the signal recorded."""
     import _thread
     import threading
     import types
@@ -576,7 +578,7 @@ def test_a_signal_landing_inside_a_compiled_program_is_recorded_not_raised():
     from benchmarks.engine.trainer import PreemptionSignals
 
     program = CompiledOnce(lambda x: torch.outer(x.sin(), x.cos()).tanh().sum(), "compiled")
-    x = torch.randn(128, 128)
+    x = torch.randn(8, 128)  # about 1 ms a call: signals land inside calls, 3000 calls in seconds
     program(x)  # compiled, outside the block
     firing = threading.Event()
     firing.set()
