@@ -101,7 +101,7 @@ def test_a_single_run_on_the_population_engine_draws_from_the_processs_streams_a
     """A single run draws as a plain script does, on either engine: its acting noise, its minibatch permutations and
     any global draw of its code come from the process's streams, which its checkpoint records; nothing is swapped
     in and out around its code (each seed of a population swaps its own)."""
-    from benchmarks.engine.batch_trainer import RandomState
+    from benchmarks.engine.batch_trainer import ProcessStreams, RandomState
 
     def swap(self):
         raise AssertionError("a single run swapped its streams in")
@@ -112,7 +112,8 @@ def test_a_single_run_on_the_population_engine_draws_from_the_processs_streams_a
     recorded, process = read_checkpoint(tmp_path / "checkpoint.pt")["rng"], rng_states()
     assert recorded["python"] == process["python"]
     assert torch.equal(recorded["numpy"][1], process["numpy"][1]) and recorded["numpy"][2:] == process["numpy"][2:]
-    assert torch.equal(recorded["torch"], process["torch"])  # the run's draws moved the process's torch stream
+    assert torch.equal(recorded["torch"], process["torch"])
+    assert ProcessStreams.torch is torch.default_generator  # acting and shuffling draw from the process's stream
 
 
 @pytest.mark.parametrize("backend", ["compiled", "torch"])

@@ -565,11 +565,11 @@ def test_a_full_disk_mid_checkpoint_is_one_line_leaves_nothing_behind_and_resume
 def test_a_signal_landing_inside_a_compiled_program_is_recorded_not_raised():
     """Preemption signals arrive at any moment, so also while a compiled population program runs with its guards
     skipped (UncheckedCalls: a rollout, an update). There a new Python frame - a Python signal handler - made torch
-    raise (a cache miss under skip_guard_eval_unsafe) and a 10-seed MuJoCo population failed instead of
-    checkpointing. So the handler must be C code: the assertion on its type is what fails if a Python handler comes
-    back (this small program, called under the same storm with a Python function as the handler, did not fail in
-    20,000 calls here, so the storm alone would not catch it). With the C handler, a storm of SIGTERM every 0.3 ms
-    leaves every call of the program intact and the signal recorded."""
+    raise (a cache miss under skip_guard_eval_unsafe), failing a 10-seed MuJoCo population instead of
+    checkpointing it. So the handler must be C code: the assertion on its type is what fails if a Python handler
+    comes back (this small program, called under the same storm with a Python function as the handler, ran over
+    20,000 calls without a failure, so the storm alone would not catch one). With the C handler, a storm of SIGTERM
+    every 0.3 ms leaves every call of the program intact and the signal recorded."""
     import _thread
     import threading
     import types

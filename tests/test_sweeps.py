@@ -75,8 +75,8 @@ def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the
     command = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                "env=CartPole", "algo=ppo", "algo.backend=torch", "seed=0,1", "total_steps=32768",
                # 16 minibatch steps an iteration, not the tuned 448: short iterations, 64 of them, so that each job
-               # is still running when the later-started one logs its second row (they start within a second and
-               # were stopped after 3 of them here); the rerun trains the rest
+               # is still running when the later-started one logs its second row (the two start within a second
+               # of each other and stop after about 3 iterations); the rerun trains the rest
                *SMALL_UPDATE,
                "eval.every_steps=8192", "eval.episodes=1", "logging.checkpoint_every_steps=100000",
                "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]

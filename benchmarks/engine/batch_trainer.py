@@ -109,8 +109,8 @@ class RandomState:
 class ProcessStreams:
     """A single run's streams: the process's own global ones, as a plain script's (so that anything drawing from
     them - a task's own code included - draws in the order such a script would), with nothing to swap around the
-    seed's code: a population of two or more swaps each seed's RandomState in and out of them around every block of
-    its code, which numpy's get_state and set_state make cost more than the rest of the block for PPO's update."""
+    seed's code. Each seed of a population of two or more swaps its RandomState in and out around every block of
+    its code; numpy's get_state and set_state make each swap cost about as much as PPO's own code in the block."""
 
     torch = torch.default_generator  # acting and shuffling draw from the global torch stream too
 

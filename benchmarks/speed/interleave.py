@@ -53,7 +53,8 @@ def measure(env: str, seeds: int, steps: int, repeats: int) -> tuple[dict[str, f
 
     cfg = benchmark_config(env, "ppo", [f"seeds={list(range(seeds))}"], 1_000_000, "compiled", True)  # no run trains
     with tempfile.TemporaryDirectory() as root:
-        runs = [SeedRun(seed_config(cfg, seed), Path(root) / f"seed{seed}", progress_bar=False, own_streams=True)
+        runs = [SeedRun(seed_config(cfg, seed), Path(root) / f"seed{seed}", progress_bar=False,
+                        own_streams=seeds > 1)  # as train_batch builds them
                 for seed in range(seeds)]
         try:
             for run in runs:
