@@ -162,14 +162,11 @@ class RunningMeanStd:
 
     def update(self, batch: np.ndarray) -> None:
         batch_count = batch.shape[0]
-        if batch_count == 1:
-            # One env: the mean of one row is the row and its variance 0 - exactly what
-            # mean/var return, without running numpy's reduction machinery every step.
-            batch_mean, batch_var = batch[0], np.zeros_like(batch[0])
-        else:
-            batch_mean, batch_var = batch.mean(axis=0), batch.var(axis=0)
-        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, batch_mean, batch_var,
-                                                        batch_count)
+        if batch_count == 1:  # one env: every step of a one-env run comes here
+            self.mean, self.var, self.count = merge_one_row(self.mean, self.var, self.count, batch[0])
+            return
+        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, batch.mean(axis=0),
+                                                        batch.var(axis=0), batch_count)
 
     def state_dict(self) -> dict:
         # Tensors, not numpy arrays: checkpoints then load with torch.load(weights_only=True).
@@ -189,6 +186,17 @@ def merge_moments(mean, var, count, batch_mean, batch_var, batch_count):
     new_mean = mean + delta * batch_count / total
     m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
     return new_mean, m2 / total, total
+
+
+def merge_one_row(mean, var, count, row):
+    """merge_moments with a batch of one row (its mean the row, its variance 0, its count 1), written without the
+    operations that multiply by 1 or add a zero variance: the same numbers (x * 1 and x + 0.0 are x, and var * count
+    is never -0.0), in 10 operations instead of 14 and no array of zeros: it runs at every env step of a one-env
+    run."""
+    delta = row - mean
+    total = count + 1
+    m2 = var * count + delta**2 * count / total
+    return mean + delta / total, m2 / total, total
 
 
 def clip_symmetric(x: np.ndarray, bound: float) -> np.ndarray:
@@ -338,11 +346,16 @@ def compute_gae(
     bootstrap = np.where(terminated, zero, next_values)
     deltas = rewards + gamma * bootstrap - values
     episode_continues = ~(terminated | truncated)
+    # a step where every column continues and is valid selects nothing away: there the np.where are the identity
+    plain = (episode_continues & valid).reshape(values.shape[0], -1).all(axis=1).tolist()
     advantages = np.zeros_like(values)
     last = np.zeros_like(next_value)
     for t in reversed(range(values.shape[0])):
-        carried = np.where(episode_continues[t], gamma * gae_lambda * last, zero)
-        last = np.where(valid[t], deltas[t] + carried, zero)
+        if plain[t]:
+            last = deltas[t] + gamma * gae_lambda * last
+        else:
+            carried = np.where(episode_continues[t], gamma * gae_lambda * last, zero)
+            last = np.where(valid[t], deltas[t] + carried, zero)
         advantages[t] = last
     returns = np.where(valid, advantages + values, zero)
     return torch.from_numpy(advantages), torch.from_numpy(returns)

@@ -12,6 +12,8 @@ from algorithms.core import (
     RunningMeanStd,
     clipped_policy_loss,
     compute_gae,
+    merge_moments,
+    merge_one_row,
     value_loss,
 )
 
@@ -204,3 +206,49 @@ def test_algorithms_import_neither_the_engine_nor_its_config_library():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+def test_the_one_row_merge_gives_merge_moments_numbers_bit_for_bit():
+    """merge_one_row (every step of a one-env run) leaves out merge_moments' multiplications by 1 and its zero
+    variance: the same bits, for arrays with a seed axis and for the reward scaler's scalars, at scales from 1e-30
+    to 1e30 and from a first count (1e-4) to a long run's."""
+    rng = np.random.default_rng(0)
+    for shape in [(17,), (3, 6), ()]:
+        for _ in range(2000):
+            scale = 10.0 ** rng.integers(-30, 31)
+            row = rng.normal(size=shape) * scale
+            mean, var = rng.normal(size=shape) * scale, rng.random(size=shape) * scale**2
+            count = rng.choice([1e-4, 1.0 + rng.integers(0, 10**7)])
+            if shape:
+                count = np.full(shape[:-1] + (1,), count) if len(shape) > 1 else count
+            expected = merge_moments(mean, var, count, row, np.zeros_like(row), 1)
+            got = merge_one_row(mean, var, count, row)
+            for want, have in zip(expected, got):
+                assert np.asarray(have).tobytes() == np.asarray(want).tobytes()
+
+
+def test_gae_gives_the_masked_recursion_bit_for_bit_on_steps_with_and_without_episode_ends():
+    """compute_gae skips the masks on a step where every column continues and is valid (where they select
+    nothing away): the same bits as the recursion masked at every step, on rollouts mixing both kinds of step."""
+    def masked_at_every_step(rewards, values, next_value, terminated, truncated, valid, gamma, gae_lambda):
+        zero = np.float32(0.0)
+        next_values = np.concatenate([values[1:], next_value[None]], axis=0)
+        deltas = rewards + gamma * np.where(terminated, zero, next_values) - values
+        advantages, last = np.zeros_like(values), np.zeros_like(next_value)
+        for t in reversed(range(values.shape[0])):
+            carried = np.where(~(terminated[t] | truncated[t]), gamma * gae_lambda * last, zero)
+            last = np.where(valid[t], deltas[t] + carried, zero)
+            advantages[t] = last
+        return advantages
+
+    generator = torch.Generator().manual_seed(0)
+    for steps, columns, end_rate in [(128, 4, 0.05), (300, 1, 0.01), (64, 8, 0.3)]:
+        for _ in range(10):
+            rewards, values = torch.randn(steps, columns, generator=generator) * 10, torch.randn(steps, columns, generator=generator)
+            next_value = torch.randn(columns, generator=generator)
+            terminated, truncated = (torch.rand(steps, columns, generator=generator) < end_rate for _ in range(2))
+            valid = torch.rand(steps, columns, generator=generator) > end_rate
+            advantages, _ = compute_gae(rewards, values, next_value, terminated, truncated, valid, 0.99, 0.95)
+            expected = masked_at_every_step(*(x.numpy() for x in (rewards, values, next_value, terminated, truncated,
+                                                                  valid)), 0.99, 0.95)
+            assert advantages.numpy().tobytes() == expected.tobytes()

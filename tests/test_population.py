@@ -1398,3 +1398,33 @@ def test_a_population_refuses_a_parameter_outside_the_policy_and_a_whole_batch_p
     assert population_problems(PPOWholeBatchesFromEpochBatches(4, 2, True, cfg.algo, 10)) == [
         "PPOWholeBatchesFromEpochBatches's phase loss_terms takes whole batches from epoch_batches: a population "
         "pads a whole batch to the rollout's size only, so give the phase its number of epochs"]
+
+
+def test_each_seeds_minibatches_are_its_permutation_cut_as_tensor_split_cuts_it():
+    """minibatch_rows lays each seed's permutation into [minibatches, seeds, width] slabs in two blocks: minibatch m
+    of seed i holds what torch.tensor_split gives as piece m of the same permutation (the first count % split one row
+    longer), the rest padding (row 0, mask 0), and every generator ends where drawing the permutations leaves it. Even
+    and uneven cuts, fewer rows than minibatches, a seed without rows and one that takes no step."""
+    from types import SimpleNamespace
+
+    from algorithms.population import minibatch_rows
+
+    cases = [([2048], [32], 64), ([512, 500, 37, 0], [4, 4, 3, 1], 128), ([7, 9, 130, 5], [3, 2, 5, 0], 64),
+             ([3], [5], 1)]
+    for counts, splits, width in cases:
+        for shuffled in (True, False):
+            streams = [SimpleNamespace(torch=torch.Generator().manual_seed(seed)) for seed in range(len(counts))]
+            rows, mask = minibatch_rows(counts, splits, width, streams, shuffled=shuffled)
+            assert rows.shape == mask.shape == (max(splits), len(counts), width)
+            for seed, (count, split) in enumerate(zip(counts, splits)):
+                generator = torch.Generator().manual_seed(seed)
+                pieces = []
+                if split:
+                    permutation = torch.randperm(count, generator=generator) if shuffled else torch.arange(count)
+                    pieces = torch.tensor_split(permutation, split)
+                for m in range(max(splits)):
+                    piece = pieces[m] if m < len(pieces) else torch.zeros(0, dtype=torch.long)
+                    assert torch.equal(rows[m, seed, :len(piece)], piece), (counts, seed, m)
+                    assert torch.equal(rows[m, seed, len(piece):], torch.zeros(width - len(piece), dtype=torch.long))
+                    assert torch.equal(mask[m, seed], (torch.arange(width) < len(piece)).float())
+                assert torch.equal(streams[seed].torch.get_state(), generator.get_state())

@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import build_algorithm
-from algorithms.core import ObservationNormalizer, RewardScaler, Rollout, clip_symmetric, merge_moments
+from algorithms.core import ObservationNormalizer, RewardScaler, Rollout, clip_symmetric, merge_moments, merge_one_row
 from algorithms.population import EagerPopulation, PopulationBatch
 from benchmarks import numerics
 from benchmarks.engine import classic_batch
@@ -533,12 +533,11 @@ class LockstepStatistics:
         if not self.normalize_obs:
             return raw_obs.astype(np.float32)
         num_envs = raw_obs.shape[1]
-        if num_envs == 1:  # RunningMeanStd's one-row path: the row is the mean, its variance 0
-            batch_mean, batch_var = raw_obs[:, 0], np.zeros_like(raw_obs[:, 0])
+        if num_envs == 1:  # RunningMeanStd's one-row path
+            mean, var, count = merge_one_row(self.obs_mean, self.obs_var, self.obs_count[:, None], raw_obs[:, 0])
         else:
-            batch_mean, batch_var = raw_obs.mean(axis=1), raw_obs.var(axis=1)
-        mean, var, count = merge_moments(self.obs_mean, self.obs_var, self.obs_count[:, None], batch_mean, batch_var,
-                                         num_envs)
+            mean, var, count = merge_moments(self.obs_mean, self.obs_var, self.obs_count[:, None],
+                                             raw_obs.mean(axis=1), raw_obs.var(axis=1), num_envs)
         if active.all():
             self.obs_mean, self.obs_var, self.obs_count = mean, var, count[:, 0]
         else:  # a stopped seed's statistics stay as they were
@@ -556,10 +555,14 @@ class LockstepStatistics:
         if valid.all():  # every env of every seed took a step: no row to leave out
             self.discounted_return = discounted
             num_envs = valid.shape[1]
-            batch_mean = discounted.sum(axis=1) / num_envs
-            batch_var = ((discounted - batch_mean[:, None]) ** 2).sum(axis=1) / num_envs
-            self.return_mean, self.return_var, self.return_count = merge_moments(
-                self.return_mean, self.return_var, self.return_count, batch_mean, batch_var, num_envs)
+            if num_envs == 1:  # RunningMeanStd's one-row path
+                self.return_mean, self.return_var, self.return_count = merge_one_row(
+                    self.return_mean, self.return_var, self.return_count, discounted[:, 0])
+            else:
+                batch_mean = discounted.sum(axis=1) / num_envs
+                batch_var = ((discounted - batch_mean[:, None]) ** 2).sum(axis=1) / num_envs
+                self.return_mean, self.return_var, self.return_count = merge_moments(
+                    self.return_mean, self.return_var, self.return_count, batch_mean, batch_var, num_envs)
         else:  # reset steps (and stopped seeds) neither decay the return nor count; a seed with none keeps its moments
             self.discounted_return = np.where(valid, discounted, self.discounted_return)
             counts = valid.sum(axis=1)
