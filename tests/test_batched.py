@@ -5,6 +5,7 @@ takes the update it takes alone is tests/test_population.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -114,6 +115,58 @@ def test_a_single_run_on_the_population_engine_draws_from_the_processs_streams_a
     assert torch.equal(recorded["numpy"][1], process["numpy"][1]) and recorded["numpy"][2:] == process["numpy"][2:]
     assert torch.equal(recorded["torch"], process["torch"])
     assert ProcessStreams.torch is torch.default_generator  # acting and shuffling draw from the process's stream
+
+
+def test_each_seeds_numpy_stream_swapped_through_its_words_draws_what_get_state_and_set_state_give(monkeypatch):
+    """RandomState swaps numpy's global stream by copying MT19937's words where it can (NumpyStream): the same draws,
+    process and seeds, and the same recorded states as swapping through get_state and set_state every time, over
+    blocks that draw nothing, draw uniforms, draw an odd number of normals (a gaussian left cached, on the seed's
+    side or the process's) or reseed; and blocks that draw nothing, with no gaussian cached, read no state (but the
+    process's once, as it drew since the last swap)."""
+    import numpy as np
+
+    from benchmarks.engine.batch_trainer import NUMPY_STREAM, NumpyStream, RandomState
+
+    def draws(fast: bool) -> tuple[list, int]:
+        monkeypatch.setattr(NumpyStream, "fast", fast)
+        monkeypatch.setattr(NUMPY_STREAM, "known", None)
+        np.random.seed(0)
+        seeds, drawn, script = [], [], np.random.default_rng(1)
+        for _ in range(3):
+            np.random.random(int(script.integers(1, 5)))
+            seeds.append(RandomState())
+        for block in range(400):
+            kind = script.choice(["nothing"] * 6 + ["uniform", "normals", "reseed"])
+            with seeds[int(script.integers(3))]:
+                if kind == "uniform":
+                    drawn.append(np.random.random(int(script.integers(1, 700))))
+                elif kind == "normals":
+                    drawn.append(np.random.standard_normal(int(script.integers(1, 4))))
+                elif kind == "reseed":
+                    np.random.seed(int(script.integers(100)))
+            if block % 50 == 7:  # the process's own code draws between blocks, once leaving a gaussian cached
+                drawn.append(np.random.standard_normal(1 if block == 57 else 2))
+        for streams in [*seeds, contextlib.nullcontext()]:  # every cached gaussian drawn (the process's last)
+            with streams:
+                drawn.append(np.random.standard_normal(np.random.get_state()[3]))
+        get_state, reads = np.random.get_state, 0
+
+        def counted():
+            nonlocal reads
+            reads += 1
+            return get_state()
+
+        monkeypatch.setattr(np.random, "get_state", counted)
+        for block in range(60):
+            with seeds[block % 3]:
+                pass
+        monkeypatch.undo()
+        states = [NumpyStream.as_tuple(seed.numpy) for seed in seeds] + [np.random.get_state()]
+        return [np.concatenate(drawn).tobytes()] + [(state[1].tobytes(), *state[2:]) for state in states], reads
+
+    (fast, fast_reads), (slow, slow_reads) = draws(True), draws(False)
+    assert fast == slow
+    assert (fast_reads, slow_reads) == (1, 120)
 
 
 @pytest.mark.parametrize("backend", ["compiled", "torch"])

@@ -24,6 +24,7 @@ each seed's numbers equal an uninterrupted batched run's.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import random
 import signal
 import sys
@@ -73,6 +74,67 @@ from benchmarks.engine.trainer import (
 )
 
 
+class NumpyStream:
+    """numpy's global stream (the legacy RandomState's), swapped exactly and cheaply.
+
+    np.random.get_state and set_state cost about 80 us each here: they copy MT19937's 624 words one at a time.
+    The words and their position are one C struct of the bit generator, whose address numpy gives
+    (MT19937.ctypes.state_address): copied whole in about 1 us. The RandomState's cached gaussian (legacy normal
+    draws come in pairs) is not in it, so a swap copies the struct only where the two states' caches are equal, and
+    goes through set_state where they differ. A state is read through get_state unless its words are those the
+    global held when this class last set or read it, with no gaussian cached: then nothing drew from it since (a
+    draw moves the words; only set_state, restoring a state saved at the same words, could change the cache alone).
+    A state here is (words: the struct's bytes, cache: (has_gauss, gauss)); `as_tuple` gives np.random.get_state's.
+    """
+
+    WORDS = 624 * 4 + 4  # uint32 key[624]; int pos
+    fast = True  # False: every swap through get_state and set_state (a test compares the two)
+
+    def __init__(self):
+        self.known = None  # the last state this class set or read from the global stream
+        self.laid_out_as_read: bool | None = None  # whether the struct holds what get_state gives, checked once
+
+    @staticmethod
+    def from_tuple(state: tuple) -> tuple:
+        _name, keys, position, has_gauss, gauss = state
+        return np.asarray(keys, np.uint32).tobytes() + np.int32(position).tobytes(), (int(has_gauss), float(gauss))
+
+    @staticmethod
+    def as_tuple(state: tuple) -> tuple:
+        words, (has_gauss, gauss) = state
+        return ("MT19937", np.frombuffer(words[:-4], np.uint32).copy(), int(np.frombuffer(words[-4:], np.int32)[0]),
+                has_gauss, gauss)
+
+    def address(self) -> int | None:
+        """Where the global generator's words are; None: get_state and set_state only (another bit generator)."""
+        generator = np.random.get_bit_generator()
+        if not self.fast or type(generator) is not np.random.MT19937:
+            return None
+        address = generator.ctypes.state_address
+        if self.laid_out_as_read is None:
+            self.laid_out_as_read = ctypes.string_at(address, self.WORDS) == self.from_tuple(np.random.get_state())[0]
+        return address if self.laid_out_as_read else None
+
+    def swap(self, state: tuple) -> tuple:
+        """Installs `state` as the global stream's; returns the state it replaced."""
+        address = self.address()
+        known = self.known
+        if address is not None and known is not None and known[1][0] == 0 and ctypes.string_at(
+                address, self.WORDS) == known[0]:
+            replaced = known  # nothing drew from it since it was known
+        else:
+            replaced = self.from_tuple(np.random.get_state())
+        if address is not None and state[1] == replaced[1]:
+            ctypes.memmove(address, state[0], self.WORDS)
+        else:
+            np.random.set_state(self.as_tuple(state))
+        self.known = state
+        return replaced
+
+
+NUMPY_STREAM = NumpyStream()
+
+
 class RandomState:
     """One seed's random streams: a torch generator for acting and shuffling, plus Python's and numpy's
     global states, swapped in around the seed's own update code (which draws from the global ones)."""
@@ -81,28 +143,26 @@ class RandomState:
         self.torch = torch.Generator()
         self.torch.set_state(torch.get_rng_state())  # continue where the global stream stands (after network init)
         self.python = random.getstate()
-        self.numpy = np.random.get_state()
+        self.numpy = NumpyStream.from_tuple(np.random.get_state())
 
     def __enter__(self) -> "RandomState":
-        self.saved = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+        self.saved = (torch.get_rng_state(), random.getstate(), NUMPY_STREAM.swap(self.numpy))
         torch.set_rng_state(self.torch.get_state())
         random.setstate(self.python)
-        np.random.set_state(self.numpy)
         return self
 
     def __exit__(self, *exc) -> None:
         self.torch.set_state(torch.get_rng_state())
-        self.python, self.numpy = random.getstate(), np.random.get_state()
-        torch_state, python_state, numpy_state = self.saved
-        torch.set_rng_state(torch_state)
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
+        self.python, self.numpy = random.getstate(), NUMPY_STREAM.swap(self.saved[2])
+        torch.set_rng_state(self.saved[0])
+        random.setstate(self.saved[1])
 
     def state_dict(self) -> dict:
-        return pack_rng(self.python, self.numpy, self.torch.get_state())
+        return pack_rng(self.python, NumpyStream.as_tuple(self.numpy), self.torch.get_state())
 
     def load_state_dict(self, state: dict) -> None:
-        self.python, self.numpy, torch_state = unpack_rng(state)
+        self.python, numpy_state, torch_state = unpack_rng(state)
+        self.numpy = NumpyStream.from_tuple(numpy_state)
         self.torch.set_state(torch_state)
 
 
@@ -110,7 +170,8 @@ class ProcessStreams:
     """A single run's streams: the process's own global ones, as a plain script's (so that anything drawing from
     them - a task's own code included - draws in the order such a script would), with nothing to swap around the
     seed's code. Each seed of a population of two or more swaps its RandomState in and out around every block of
-    its code; numpy's get_state and set_state make each swap cost about as much as PPO's own code in the block."""
+    its code: about 60 us a block here, two thirds of it Python's getstate and setstate (numpy's stream is swapped
+    by NumpyStream: 420 us a block through get_state and set_state)."""
 
     torch = torch.default_generator  # acting and shuffling draw from the global torch stream too
 
