@@ -546,9 +546,10 @@ def adam_state_to(adam: dict, optimizers: list[torch.optim.Optimizer], policies:
 def parameters_to(flat: torch.Tensor, policies: list[nn.Module]) -> None:
     """Row i of the population's parameters into seed i's policy (acting, evaluation and checkpoints read it)."""
     with torch.no_grad():
-        for index, policy in enumerate(policies):
-            for name, value in FlatLayout(policy).unflatten(flat[index]).items():
-                policy.get_parameter(name).copy_(value)
+        for row, policy in zip(flat, policies):
+            parameters = list(policy.parameters())  # named_parameters order: the flat layout's
+            for parameter, value in zip(parameters, torch.split(row, [parameter.numel() for parameter in parameters])):
+                parameter.copy_(value.view_as(parameter))
 
 
 # ---------------------------------------------------------------------------
