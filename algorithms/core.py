@@ -347,7 +347,7 @@ def compute_gae(
     deltas = rewards + gamma * bootstrap - values
     episode_continues = ~(terminated | truncated)
     # a step where every column continues and is valid selects nothing away: there the np.where are the identity
-    plain = (episode_continues & valid).reshape(values.shape[0], -1).all(axis=1).tolist()
+    plain = (episode_continues & valid).all(axis=tuple(range(1, values.ndim))).tolist()
     advantages = np.zeros_like(values)
     last = np.zeros_like(next_value)
     for t in reversed(range(values.shape[0])):

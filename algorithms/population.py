@@ -546,7 +546,7 @@ def adam_state_to(adam: dict, optimizers: list[torch.optim.Optimizer], policies:
 def parameters_to(flat: torch.Tensor, policies: list[nn.Module]) -> None:
     """Row i of the population's parameters into seed i's policy (acting, evaluation and checkpoints read it)."""
     with torch.no_grad():
-        for row, policy in zip(flat, policies):
+        for row, policy in zip(flat, policies, strict=True):
             parameters = list(policy.parameters())  # named_parameters order: the flat layout's
             for parameter, value in zip(parameters, torch.split(row, [parameter.numel() for parameter in parameters])):
                 parameter.copy_(value.view_as(parameter))

@@ -164,7 +164,15 @@ def test_each_seeds_numpy_stream_swapped_through_its_words_draws_what_get_state_
         states = [NumpyStream.as_tuple(seed.numpy) for seed in seeds] + [np.random.get_state()]
         return [np.concatenate(drawn).tobytes()] + [(state[1].tobytes(), *state[2:]) for state in states], reads
 
-    (fast, fast_reads), (slow, slow_reads) = draws(True), draws(False)
+    saved = np.random.get_state()
+    try:
+        (fast, fast_reads), (slow, slow_reads) = draws(True), draws(False)
+        # a state as checkpoints record it: np.random.get_state's tuple, types included
+        for got, expected in zip(NumpyStream.as_tuple(NumpyStream.from_tuple(saved)), saved):
+            assert type(got) is type(expected) and np.array_equal(got, expected)
+        assert NumpyStream.as_tuple(NumpyStream.from_tuple(saved))[1].dtype == saved[1].dtype
+    finally:
+        np.random.set_state(saved)
     assert fast == slow
     assert (fast_reads, slow_reads) == (1, 120)
 

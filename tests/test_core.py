@@ -252,3 +252,12 @@ def test_gae_gives_the_masked_recursion_bit_for_bit_on_steps_with_and_without_ep
             expected = masked_at_every_step(*(x.numpy() for x in (rewards, values, next_value, terminated, truncated,
                                                                   valid)), 0.99, 0.95)
             assert advantages.numpy().tobytes() == expected.tobytes()
+    for shape in [(40,), (40, 3, 2), (0, 4)]:  # one column, columns of any layout (HP3O's), no step
+        rewards, values = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+        next_value = torch.randn(shape[1:], generator=generator)
+        terminated, truncated = (torch.rand(shape, generator=generator) < 0.05 for _ in range(2))
+        valid = torch.rand(shape, generator=generator) > 0.05
+        advantages, _ = compute_gae(rewards, values, next_value, terminated, truncated, valid, 0.99, 0.95)
+        expected = masked_at_every_step(*(x.numpy() for x in (rewards, values, next_value, terminated, truncated,
+                                                              valid)), 0.99, 0.95)
+        assert advantages.shape == shape and advantages.numpy().tobytes() == expected.tobytes()

@@ -77,21 +77,22 @@ from benchmarks.engine.trainer import (
 class NumpyStream:
     """numpy's global stream (the legacy RandomState's), swapped exactly and cheaply.
 
-    np.random.get_state and set_state cost about 80 us each here: they copy MT19937's 624 words one at a time.
-    The words and their position are one C struct of the bit generator, whose address numpy gives
-    (MT19937.ctypes.state_address): copied whole in about 1 us. The RandomState's cached gaussian (legacy normal
-    draws come in pairs) is not in it, so a swap copies the struct only where the two states' caches are equal, and
-    goes through set_state where they differ. A state is read through get_state unless its words are those the
-    global held when this class last set or read it, with no gaussian cached: then nothing drew from it since (a
-    draw moves the words; only set_state, restoring a state saved at the same words, could change the cache alone).
-    A state here is (words: the struct's bytes, cache: (has_gauss, gauss)); `as_tuple` gives np.random.get_state's.
+    np.random.get_state and set_state copy MT19937's 624 words one at a time, in Python-level code: a swap through
+    them costs about as much as a block of PPO's own code. The words and their position are one C struct of the bit
+    generator, whose address numpy gives (MT19937.ctypes.state_address), copied here in one call. The RandomState's
+    cached gaussian (legacy normal draws come in pairs) is not in it, so a swap copies the struct only where the two
+    states' caches are equal, and goes through set_state where they differ. The state a swap replaces is read
+    through get_state unless its words are those this class last set, with no gaussian cached: then nothing drew
+    from it since (a draw moves the words; only set_state, restoring a state saved at the same words with a
+    gaussian cached, could change the cache alone). A state here is (words: the struct's bytes, cache: (has_gauss,
+    gauss)); `as_tuple` gives np.random.get_state's, types included (what checkpoints record).
     """
 
     WORDS = 624 * 4 + 4  # uint32 key[624]; int pos
     fast = True  # False: every swap through get_state and set_state (a test compares the two)
 
     def __init__(self):
-        self.known = None  # the last state this class set or read from the global stream
+        self.known = None  # the last state this class set as the global stream's
         self.laid_out_as_read: bool | None = None  # whether the struct holds what get_state gives, checked once
 
     @staticmethod
@@ -106,7 +107,8 @@ class NumpyStream:
                 has_gauss, gauss)
 
     def address(self) -> int | None:
-        """Where the global generator's words are; None: get_state and set_state only (another bit generator)."""
+        """Where the global generator's words are; None where they cannot be copied (another bit generator, which
+        get_state refuses too, or a struct laid out otherwise than get_state reads it): get_state and set_state then."""
         generator = np.random.get_bit_generator()
         if not self.fast or type(generator) is not np.random.MT19937:
             return None
@@ -170,8 +172,7 @@ class ProcessStreams:
     """A single run's streams: the process's own global ones, as a plain script's (so that anything drawing from
     them - a task's own code included - draws in the order such a script would), with nothing to swap around the
     seed's code. Each seed of a population of two or more swaps its RandomState in and out around every block of
-    its code: about 60 us a block here, two thirds of it Python's getstate and setstate (numpy's stream is swapped
-    by NumpyStream: 420 us a block through get_state and set_state)."""
+    its code; most of a swap's cost is Python's getstate and setstate (numpy's stream is swapped by NumpyStream)."""
 
     torch = torch.default_generator  # acting and shuffling draw from the global torch stream too
 
@@ -616,7 +617,7 @@ class LockstepStatistics:
         if valid.all():  # every env of every seed took a step: no row to leave out
             self.discounted_return = discounted
             num_envs = valid.shape[1]
-            if num_envs == 1:  # RunningMeanStd's one-row path
+            if num_envs == 1:  # RunningMeanStd's one-row path (an infinite return too: its variance counts as 0)
                 self.return_mean, self.return_var, self.return_count = merge_one_row(
                     self.return_mean, self.return_var, self.return_count, discounted[:, 0])
             else:
