@@ -1233,6 +1233,9 @@ def refuse_what_it_cannot_run(algorithms: list) -> None:
 
 
 def pad_rows(values: torch.Tensor, rows: int) -> torch.Tensor:
+    """values with rows of zeros after them, `rows` in all (values itself where it has them: the callers copy it)."""
+    if values.shape[0] == rows:
+        return values
     padding = torch.zeros((rows - values.shape[0],) + tuple(values.shape[1:]), dtype=values.dtype)
     return torch.cat([values, padding])
 
