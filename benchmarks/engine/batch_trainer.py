@@ -154,10 +154,11 @@ class RandomState:
         return self
 
     def __exit__(self, *exc) -> None:
+        torch_state, python_state, numpy_state = self.saved
         self.torch.set_state(torch.get_rng_state())
-        self.python, self.numpy = random.getstate(), NUMPY_STREAM.swap(self.saved[2])
-        torch.set_rng_state(self.saved[0])
-        random.setstate(self.saved[1])
+        self.python, self.numpy = random.getstate(), NUMPY_STREAM.swap(numpy_state)
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
 
     def state_dict(self) -> dict:
         return pack_rng(self.python, NumpyStream.as_tuple(self.numpy), self.torch.get_state())
