@@ -187,3 +187,20 @@ def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was
     with pytest.raises(RuntimeError, match="the run failed"):
         first_calls("CartPole", 512)
     assert (population.CompiledOnce.__call__, population.CompiledOnce.inductor) == before
+
+
+def test_step_kernels_splits_the_profilers_kernel_times_and_refuses_a_split_of_nothing():
+    from types import SimpleNamespace
+
+    from benchmarks.speed.step_kernels import kernel_microseconds, tanh_numbers
+
+    events = [SimpleNamespace(key="aoti_torch_cpu_bmm_out", self_cpu_time_total=600.0),
+              SimpleNamespace(key="graph_0_cpp_fused_add_mul_tanh_1", self_cpu_time_total=300.0),
+              SimpleNamespace(key="Torch-Compiled Region: 0/0", self_cpu_time_total=900.0)]  # the call around them
+    assert kernel_microseconds(events, 3) == (200.0, 100.0)
+    with pytest.raises(SystemExit) as stop:
+        kernel_microseconds(events[1:], 3)
+    assert str(stop.value).startswith("error: the profiler recorded no matrix products under the names this tool "
+                                      "reads (aoti_torch_cpu_bmm_out, ")
+    algorithm = SimpleNamespace(cfg=SimpleNamespace(hidden_sizes=[64, 32]))
+    assert tanh_numbers(algorithm, 128) == 128 * 2 * (64 + 32)  # actor and critic, every hidden unit, every row

@@ -53,6 +53,31 @@ def minibatch(env: str, seeds: int) -> dict[str, torch.Tensor]:
             "returns": torch.randn(seeds, rows, generator=generator), "mask": torch.ones(seeds, rows)}
 
 
+def population_and_step(env: str, size: int, mode: str | None):
+    """A population of `size` PPO seeds and its program's minibatch step on a synthetic minibatch, as a call that
+    carries the parameters and Adam state from call to call (compiled on its first call where mode is None and a
+    C++ compiler is found: compile_mode(), which pins the code generator's vector width)."""
+    algorithms = algorithms_for(env, "compiled", size)
+    population = PopulationBatch(algorithms, [RandomState() for _ in algorithms], mode=mode)
+    state = {"params": stack_parameters([a.policy for a in algorithms]),
+             "adam": adam_state_from([a.optimizer for a in algorithms], [a.policy for a in algorithms])}
+    step_program: PopulationStep = population.steps[0]
+    batch, active, lrs = minibatch(env, size), torch.ones(size, dtype=torch.bool), [3e-4] * size
+
+    def step():
+        state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, lrs, active, {}, {})
+
+    return population, step
+
+
+def add_case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cases a step tool measures: its tasks' shapes, its population sizes, calls per case and repeats."""
+    parser.add_argument("--envs", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+
+
 def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, float]]:
     """case -> (minibatch step us per seed, act call us per seed)."""
     obs_dim, _, _, num_envs, _ = SHAPES[env]
@@ -67,16 +92,7 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
     # the population's program run eager (no C++ compiler, the tests' mode) for one seed, then as a run compiles
     # it (None: compile_mode(), which pins the code generator's vector width)
     for size, mode in [(1, "eager"), *((size, None) for size in sizes)]:
-        algorithms = algorithms_for(env, "compiled", size)
-        population = PopulationBatch(algorithms, [RandomState() for _ in algorithms], mode=mode)
-        state = {"params": stack_parameters([a.policy for a in algorithms]),
-                 "adam": adam_state_from([a.optimizer for a in algorithms], [a.policy for a in algorithms])}
-        step_program: PopulationStep = population.steps[0]
-        batch, active, lrs = minibatch(env, size), torch.ones(size, dtype=torch.bool), [3e-4] * size
-
-        def step():
-            state["params"], state["adam"], _ = step_program(state["params"], state["adam"], batch, lrs, active, {}, {})
-
+        population, step = population_and_step(env, size, mode)
         observations = np.random.default_rng(0).standard_normal((size, num_envs, obs_dim)).astype(np.float32)
         acting = np.ones(size, dtype=bool)
         step(), population.act(observations, acting)  # compiled here (if compiled), outside the timed calls
@@ -89,10 +105,7 @@ def measure(env: str, sizes: list[int], calls: int) -> dict[str, tuple[float, fl
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--sizes", nargs="+", type=int, default=[1, 8])
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_case_arguments(parser)
     args, started, load_before = parse_timing_args(parser, argv)
     torch.set_num_threads(1)
     rows = []
