@@ -1,6 +1,7 @@
 """The speed tools (benchmarks/speed/): what they measure is fixed, and their tables say how they were made."""
 
 import pytest
+import torch
 
 from benchmarks import numerics
 from benchmarks.speed.seed_throughput import main as seed_throughput_main
@@ -189,18 +190,34 @@ def test_startup_splits_each_programs_first_call_and_leaves_the_engine_as_it_was
     assert (population.CompiledOnce.__call__, population.CompiledOnce.inductor) == before
 
 
-def test_step_kernels_splits_the_profilers_kernel_times_and_refuses_a_split_of_nothing():
+def test_step_kernels_splits_the_profiled_step_three_ways_and_refuses_a_split_of_nothing():
     from types import SimpleNamespace
 
-    from benchmarks.speed.step_kernels import kernel_microseconds, tanh_numbers
+    from benchmarks.speed.step_kernels import split
 
-    events = [SimpleNamespace(key="aoti_torch_cpu_bmm_out", self_cpu_time_total=600.0),
-              SimpleNamespace(key="graph_0_cpp_fused_add_mul_tanh_1", self_cpu_time_total=300.0),
-              SimpleNamespace(key="Torch-Compiled Region: 0/0", self_cpu_time_total=900.0)]  # the call around them
-    assert kernel_microseconds(events, 3) == (200.0, 100.0)
-    with pytest.raises(SystemExit) as stop:
-        kernel_microseconds(events[1:], 3)
-    assert str(stop.value).startswith("error: the profiler recorded no matrix products under the names this tool "
-                                      "reads (aoti_torch_cpu_bmm_out, ")
-    algorithm = SimpleNamespace(cfg=SimpleNamespace(hidden_sizes=[64, 32]))
-    assert tanh_numbers(algorithm, 128) == 128 * 2 * (64 + 32)  # actor and critic, every hidden unit, every row
+    events = [SimpleNamespace(key="aoti_torch_cpu_bmm_out", self_cpu_time_total=450.0, count=30),
+              SimpleNamespace(key="aoti_torch_cpu_mm_out", self_cpu_time_total=150.0, count=9),
+              SimpleNamespace(key="graph_0_cpp_fused_add_mul_tanh_1", self_cpu_time_total=300.0, count=3),
+              SimpleNamespace(key="graph_0_cpp_fused_cat_view_2", self_cpu_time_total=30.0, count=3),
+              SimpleNamespace(key="## Call CompiledFxGraph abc ##", self_cpu_time_total=90.0, count=3),
+              SimpleNamespace(key="Torch-Compiled Region: 0/0", self_cpu_time_total=60.0, count=3)]
+    assert split(events, 3) == {"products": 200.0, "generated": 110.0, "rest": 50.0, "product_calls": 13,
+                                "generated_calls": 2}
+    for kept, missing in ((events[2:], "matrix products"), (events[:2] + events[4:], "generated kernels")):
+        with pytest.raises(SystemExit) as stop:
+            split(kept, 3)
+        assert str(stop.value).startswith(f"error: the profiler recorded no {missing} under the names this tool reads")
+
+
+
+def test_step_kernels_counts_the_numbers_ppos_forward_passes_through_tanh(monkeypatch):
+    from benchmarks.speed.population_step import SHAPES, algorithms_for, minibatch
+    from benchmarks.speed.step_kernels import tanh_numbers
+
+    algorithm = algorithms_for("HalfCheetah", "torch", 1)[0]
+    rows = SHAPES["HalfCheetah"][4]
+    batch = {key: value[0] for key, value in minibatch("HalfCheetah", 1).items()}
+    counted, tanh = [], torch.tanh
+    monkeypatch.setattr(torch, "tanh", lambda x, *args, **kwargs: counted.append(x.numel()) or tanh(x, *args, **kwargs))
+    algorithm.evaluate_minibatch(batch)  # what the step's forward computes: log-prob, entropy, value
+    assert tanh_numbers(algorithm, rows) == sum(counted) > 0
