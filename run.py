@@ -352,6 +352,47 @@ def refuse_an_unusable_run_directory(arguments: list[str]) -> None:
         sys.exit(2)
 
 
+def refuse_an_unknown_choice(arguments: list[str]) -> None:
+    """A config group given an option it does not have (env=cartpole, algo=outer-ppo, hydra/launcher=jobib, one
+    value of a sweep's list): one line with the nearest option and the list, before Hydra's many lines. The options
+    are Hydra's own (conf/<group>/*.yaml and the plugins'); a search path of one's own is left to Hydra."""
+    import difflib
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    overrides = [argument for argument in arguments if "=" in argument and not argument.startswith("-")]
+    if any(argument.startswith(("-cp", "-cd", "--config-path", "--config-dir")) for argument in arguments) or any(
+            override.lstrip("+~").startswith("hydra.searchpath") for override in overrides):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # a syntax error: Hydra says where
+        return
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for override in parsed:
+            options = loader.get_group_options(override.key_or_group) if not override.is_delete() else []
+            if not options:
+                continue  # a key, not a config group
+            if override.is_sweep_override():
+                if not isinstance(override.value(), ChoiceSweep):
+                    continue  # glob(...), range(...): Hydra expands them
+                values = list(override.value().list)
+            else:
+                values = [override.value()]
+            for value in values:
+                if isinstance(value, str) and value not in options:
+                    near = difflib.get_close_matches(value.lower(), [option.lower() for option in options], n=1)
+                    hint = next((f" (did you mean {option}?)" for option in options if near and option.lower() == near[0]), "")
+                    print(f"config error: {override.input_line}: {override.key_or_group} has no option {value}{hint}; "
+                          f"its options: {', '.join(options)}", file=sys.stderr)
+                    sys.exit(2)
+
+
 if __name__ == "__main__":
     refuse_an_unusable_run_directory(sys.argv[1:])
+    refuse_an_unknown_choice(sys.argv[1:])
     main()
