@@ -73,9 +73,12 @@ def wall_time_per_step(run: dict) -> float:
 
 def suite_table(runs: list[dict]) -> pd.DataFrame:
     grouped = group_runs(runs)
+    curves_of = {key: eval_curves(group) for key, group in grouped.items()}
+    saturated = {env: task_saturated([run for run in runs if run["env"] == env])
+                 for env in dict.fromkeys(env for env, _ in grouped)}
     rows = []
     for (env, algo), group in grouped.items():
-        curves = eval_curves(group)
+        curves = curves_of[(env, algo)]
         finals = curves.iloc[-1].to_numpy()
         aucs = np.array([area_under_curve(curves[seed]) for seed in curves.columns])
         low, high = bootstrap_mean_ci(finals)
@@ -89,9 +92,9 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
             "us_per_step": 1e6 * seconds_per_step,
             # a task most of whose runs end at the best any run reached (figures flag it), and the presets whose
             # evaluation curves are this one's in every seed (their lines coincide)
-            "saturated": task_saturated([run for run in runs if run["env"] == env]),
-            "same_eval_as": " ".join(other for (other_env, other), other_group in grouped.items()
-                                     if other_env == env and other != algo and same_curves(group, other_group)),
+            "saturated": saturated[env],
+            "same_eval_as": " ".join(other for (other_env, other), other_curves in curves_of.items()
+                                     if other_env == env and other != algo and curves.equals(other_curves)),
         }
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -102,8 +105,8 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
             continue
         table.loc[index, "time_vs_ppo"] = row["us_per_step"] / ppo["us_per_step"].iloc[0]
         if row["algo"] != "ppo":
-            candidate = eval_curves(grouped[(row["task"], row["algo"])]).iloc[-1].to_numpy()
-            baseline = eval_curves(grouped[(row["task"], "ppo")]).iloc[-1].to_numpy()
+            candidate = curves_of[(row["task"], row["algo"])].iloc[-1].to_numpy()
+            baseline = curves_of[(row["task"], "ppo")].iloc[-1].to_numpy()
             point, low, high = probability_of_improvement(candidate.reshape(-1, 1), baseline.reshape(-1, 1))
             table.loc[index, ["poi_vs_ppo", "poi_ci_low", "poi_ci_high"]] = [point, low, high]
     return table

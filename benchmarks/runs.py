@@ -56,9 +56,18 @@ def last_episodes_mean(run: dict) -> float:
 
 def eval_curves(group: list[dict]) -> pd.DataFrame:
     """Eval return per seed (columns) on the env steps every seed evaluated at (rows)."""
+    import numpy as np
     import pandas as pd
 
-    curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group}, axis=1)
+    steps = [run["eval"]["env_steps"].to_numpy() for run in group]
+    seeds = [run["seed"] for run in group]
+    if seeds and len(set(seeds)) == len(seeds) and all(np.array_equal(steps[0], other) for other in steps[1:]):
+        # the usual case (each seed once, evaluated at the same steps), without pandas' alignment
+        returns = np.column_stack([run["eval"]["eval_return_mean"].to_numpy() for run in group])
+        curves = pd.DataFrame(returns, index=pd.Index(steps[0], name="env_steps"), columns=seeds)
+    else:
+        curves = pd.concat({run["seed"]: run["eval"].set_index("env_steps")["eval_return_mean"] for run in group},
+                           axis=1)
     return curves.dropna().sort_index()
 
 
