@@ -179,7 +179,7 @@ class OuterPPO(PPO):
             self.set_lr(self.critic_optimizer, self.annealed_lr(iteration))  # PPO's lr and schedule
         with torch.no_grad():
             theta_k = [p.detach().clone() for p in self.outer_params]
-            log_prob_before = self.policy.evaluate(batch["obs"], batch["actions"])[0]
+            log_prob_before = self.policy.evaluate_actor(batch["obs"], batch["actions"])[0]  # no critic forward
             if self.cfg.bias_coef > 0 and self.previous_outer_update is not None:
                 # Biased start: theta_k + bias_coef * (theta_k - theta_{k-1}); g_k is still measured from theta_k.
                 for param, update in zip(self.outer_params, self.previous_outer_update):
@@ -255,7 +255,7 @@ class OuterPPO(PPO):
                 for param, start, update in zip(self.outer_params, theta_k, outer_update):
                     param.copy_(start + update)
                 outer_lr = outer_lr * scale  # the lr this iteration's step was taken with
-            log_prob_after = self.policy.evaluate(batch["obs"], batch["actions"])[0]
+            log_prob_after = self.policy.evaluate_actor(batch["obs"], batch["actions"])[0]
 
         if self.full_batch:
             stats["critic_lr"] = self.critic_optimizer.param_groups[0]["lr"]
