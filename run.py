@@ -384,12 +384,15 @@ def refuse_an_unknown_choice(arguments: list[str]) -> None:
             else:
                 values = [override.value()]
             for value in values:
-                if isinstance(value, str) and "/" not in value and value not in options:  # a/b: a nested option
-                    near = difflib.get_close_matches(value.lower(), [option.lower() for option in options], n=1)
-                    hint = next((f" (did you mean {option}?)" for option in options if near and option.lower() == near[0]), "")
-                    print(f"config error: {override.input_line}: {override.key_or_group} has no option {value}{hint}; "
-                          f"its options: {', '.join(options)}", file=sys.stderr)
-                    sys.exit(2)
+                # a/b: a nested option; ${...}: an interpolation Hydra resolves after choosing; Name.yaml: Name
+                if (not isinstance(value, str) or "/" in value or "${" in value or value in options
+                        or value.removesuffix(".yaml") in options):
+                    continue
+                near = difflib.get_close_matches(value.lower(), [option.lower() for option in options], n=1)
+                hint = next((f" (did you mean {option}?)" for option in options if near and option.lower() == near[0]), "")
+                print(f"config error: {override.input_line}: {override.key_or_group} has no option {value or repr(value)}"
+                      f"{hint}; its options: {', '.join(options)}", file=sys.stderr)
+                sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -227,7 +227,7 @@ def read_suite_log(path: Path) -> dict:
         raise ValueError(f"{path}: its train statistics are to be recomputed from every episode, a form this "
                          f"benchmarks.pack does not read; unpack it with the one of commit c282045b, then pack it")
     everything = table.replace_schema_metadata(None).to_pandas()
-    runs_of_layout: dict[str, list[str]] = {}
+    runs_of_layout: dict[int, list[str]] = {}  # layout: an index into described["columns"]
     for run, layout in described["runs"].items():
         runs_of_layout.setdefault(layout, []).append(run)
     logs = {}

@@ -57,23 +57,21 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
     (["env.id=tests.tasks:Unbuildable-v0", "seeds=[0,1]"],
      "config error: env.id=tests.tasks:Unbuildable-v0 cannot be made: RuntimeError: the task's licence server is "
      "not reachable"),
-    # a config group's option misspelt: refused before Hydra composes anything, with the nearest option
+    # a config group's option misspelt: refused before Hydra composes anything, with the nearest option (and the
+    # group's options, which a plugin or a task file of one's own adds to)
     (["env=cartpole"], "config error: env=cartpole: env has no option cartpole (did you mean CartPole?); its options: "
-                       "Acrobot, Ant, CartPole, HalfCheetah, Hopper, Humanoid, InvertedDoublePendulum, "
-                       "InvertedPendulum, MountainCar, MountainCarContinuous, Pendulum, Pusher, RLHFArithmetic, "
-                       "RLHFPraise, Reacher, Swimmer, Walker2d\n"),
+                       "Acrobot, Ant, CartPole, "),
     (["-m", "algo=ppo,outerppo"], "config error: algo=ppo,outerppo: algo has no option outerppo (did you mean "
-                                  "outer_ppo?); its options: hp3o, hp3o_plus, outer_ppo, outer_ppo_biased, "
-                                  "outer_ppo_lr, outer_ppo_nesterov, ppo, ppo_kl\n"),
+                                  "outer_ppo?); its options: "),
     (["hydra/launcher=jobib"], "config error: hydra/launcher=jobib: hydra/launcher has no option jobib (did you mean "
-                               "joblib?); its options: basic, joblib, submitit_local, submitit_slurm\n"),
+                               "joblib?); its options: "),
 ])
 def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message, tmp_path):
-    result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run")
+    result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep")
     assert result.returncode == 2
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
     assert "training" not in result.stdout + result.stderr
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow
