@@ -86,10 +86,11 @@ def test_clipped_policy_loss_on_known_inputs():
 
 
 def test_value_loss_clipped_and_unclipped_on_known_inputs():
-    new, old, ret = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([2.0, -1.0])
-    assert value_loss(new, old, ret, None).item() == pytest.approx(0.5 * (1.0 + 1.0) / 2)
-    # clipped prediction for row 0 is 0.2 -> error 1.8^2 = 3.24 > 1.0, row 1 unchanged
-    assert value_loss(new, old, ret, 0.2).item() == pytest.approx(0.5 * (3.24 + 1.0) / 2)
+    new, old, ret = torch.tensor([1.0, 0.0, -1.0]), torch.tensor([0.0, 0.0, 0.0]), torch.tensor([2.0, -1.0, -2.0])
+    assert value_loss(new, old, ret, None).item() == pytest.approx(0.5 * (1.0 + 1.0 + 1.0) / 3)
+    # clipped predictions: row 0 up to 0.2 -> error 1.8^2 = 3.24 > 1.0; row 1 unchanged; row 2 down to -0.2 -> error
+    # 1.8^2 = 3.24 > 1.0 (each side of the clip)
+    assert value_loss(new, old, ret, 0.2).item() == pytest.approx(0.5 * (3.24 + 1.0 + 3.24) / 3)
 
 
 def test_gaussian_log_prob_and_entropy_match_torch_distributions():
@@ -171,6 +172,31 @@ def test_the_lr_anneals_linearly_to_zero_over_the_run_and_is_what_adam_steps_wit
     assert ppo.optimizer.param_groups[0]["lr"] == pytest.approx(0.0005, rel=1e-12)
     constant = ppo_for_schedule("algo.lr=0.001", "algo.anneal_lr=false")
     assert constant.annealed_lr(10) == 0.001
+
+
+def test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the_weighted_entropy():
+    """Each term's sign and coefficient, against the formula written out (the CI reference runs one setting)."""
+    from algorithms.ppo import sum_terms
+    from tests.test_outer_ppo import synthetic_rollout
+
+    ppo = ppo_for_schedule("algo.ent_coef=0.3", "algo.vf_coef=0.7", "algo.clip_coef=0.1")
+    batch = ppo.flatten_rollout(synthetic_rollout(ppo, obs_dim=4))
+    with torch.no_grad():  # move the policy so that the ratio is not 1 and the clip binds somewhere
+        for parameter in ppo.policy.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    new = ppo.evaluate_minibatch(batch)
+    terms = ppo.loss_terms(new, batch, {})
+    assert list(terms) == ["policy", "value", "entropy"]
+
+    ratio = (new.log_prob - batch["log_probs"]).exp()
+    surrogate = torch.min(ratio * new.advantages, ratio.clamp(0.9, 1.1) * new.advantages).mean()
+    value_error = torch.max((new.values - batch["returns"]) ** 2,
+                            (batch["values"] + (new.values - batch["values"]).clamp(-0.1, 0.1) - batch["returns"]) ** 2)
+    torch.testing.assert_close(terms["policy"], -surrogate)
+    torch.testing.assert_close(terms["value"], 0.7 * 0.5 * value_error.mean())
+    torch.testing.assert_close(terms["entropy"], -0.3 * new.entropy.mean())
+    assert float(new.entropy.mean()) > 0 and (ratio - 1).abs().max() > 0.1
+    torch.testing.assert_close(sum_terms(terms), terms["policy"] + terms["value"] + terms["entropy"], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("target_kl, epochs_run", [(1e-12, 1), (None, 5)])

@@ -139,6 +139,24 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
         assert got["buffer_fill"] >= 2 and 0 < got["old_policy_fraction"] < 1
 
 
+@pytest.mark.parametrize("max_norm", [0.1, 100.0])  # the clip binds; it does not
+def test_the_populations_norm_clip_scales_the_gradient_as_clip_grad_norm_does(max_norm):
+    """The update's clip on a flat gradient against torch's on the parameters' own (the population-of-one test above
+    cannot see its epsilon: one clipped step's difference is far below that test's tolerance)."""
+    from algorithms.population import clip_by_global_norm
+
+    torch.manual_seed(0)
+    grads = [0.05 * torch.randn(5, 3), 0.05 * torch.randn(7)]  # norm about 0.23
+    params = [torch.zeros_like(grad, requires_grad=True) for grad in grads]
+    for param, grad in zip(params, grads):
+        param.grad = grad.clone()
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    clipped, flat_norm = clip_by_global_norm(torch.cat([grad.reshape(-1) for grad in grads]), max_norm)
+    torch.testing.assert_close(flat_norm, norm, rtol=1e-6, atol=0)
+    torch.testing.assert_close(clipped, torch.cat([param.grad.reshape(-1) for param in params]), rtol=1e-6, atol=0)
+    assert (float(clipped.norm()) < 0.11) == (max_norm == 0.1)
+
+
 class PPOWithActionPenalty(PPO):
     """A variant a researcher might bring: PPO plus a penalty on the squared mean action. Nothing but the term."""
 
