@@ -108,6 +108,19 @@ def test_gaussian_log_prob_and_entropy_match_torch_distributions():
     torch.testing.assert_close(entropy, reference.entropy().sum(-1), rtol=0, atol=1e-5)
 
 
+def test_the_deterministic_action_is_the_gaussians_mean_and_the_categoricals_mode():
+    """What evaluation acts with (eval.csv): the mean of the Gaussian policy, the most likely discrete action."""
+    torch.manual_seed(0)
+    obs = torch.randn(6, 5)
+    continuous = ActorCritic(5, 3, discrete=False)
+    with torch.no_grad():
+        continuous.actor_logstd.copy_(torch.tensor([-0.5, 0.0, 0.3]))
+        torch.testing.assert_close(continuous.act_deterministic(obs), continuous.actor(obs), rtol=0, atol=0)
+        discrete = ActorCritic(5, 4, discrete=True)
+        probs = torch.distributions.Categorical(logits=discrete.actor(obs * 50)).probs
+        assert torch.equal(discrete.act_deterministic(obs * 50), probs.argmax(-1))
+
+
 def test_categorical_log_prob_and_entropy_match_torch_distributions():
     torch.manual_seed(0)
     policy = ActorCritic(4, 3, discrete=True)
