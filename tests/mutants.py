@@ -3,10 +3,11 @@
     python tests/mutants.py            # every mutant
     python tests/mutants.py M04 S02    # some of them
 
-Each mutant replaces one line (or a few) of the committed code, in a scratch git worktree of HEAD (your own tree and
-uncommitted changes are never touched), and runs only the tests it names: `caught` when one of them fails, SURVIVED
-when all pass. The named tests are first run on the unchanged code, where they must pass. Exit status 1 if any
-mutant survived. A test that guards a piece of math belongs here with the bug it guards against: the CI reference
+Each mutant replaces one line (or a few) of the committed code, in a scratch git worktree of HEAD (your own files
+are never touched; HEAD's tests are what run, so commit a new test before checking it), and runs only the tests it
+names: `caught` when one of them fails, SURVIVED when all pass. The named tests are first run on the unchanged code,
+where they must pass. Exit status 1 if any mutant survived; 2 if a mutant no longer applies, a run of its tests
+errs (collection or import: no verdict) or the tests fail unchanged. A test that guards a piece of math belongs here with the bug it guards against: the CI reference
 (tests/test_regression_check.py) catches any change of a number it logs, but only in the settings it runs.
 """
 
@@ -133,11 +134,16 @@ MUTANTS = [
 ]
 
 
-def run_tests(worktree: Path, tests: tuple[str, ...]) -> bool:
-    """Whether the tests pass in the worktree (its own code first on the import path)."""
+def run_tests(worktree: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The tests run in the worktree (its own code first on the import path); pytest's exit code 0: all passed,
+    1: a test failed, anything else: no verdict (a collection or import error, no test found)."""
     environment = {**os.environ, "PYTHONPATH": str(worktree), "MPLBACKEND": "Agg"}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
-    return subprocess.run(command, cwd=worktree, capture_output=True, env=environment).returncode == 0
+    return subprocess.run(command, cwd=worktree, capture_output=True, text=True, env=environment)
+
+
+def last_lines(run: subprocess.CompletedProcess, count: int = 15) -> str:
+    return "\n".join((run.stdout + run.stderr).strip().splitlines()[-count:])
 
 
 def main(names: list[str]) -> int:
@@ -148,11 +154,17 @@ def main(names: list[str]) -> int:
     chosen = [mutant for mutant in MUTANTS if not names or mutant.name in names]
     with tempfile.TemporaryDirectory() as scratch:
         worktree = Path(scratch) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktree), "HEAD"], cwd=ROOT, check=True)
+        made = subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktree), "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            print(f"error: cannot make a scratch worktree of HEAD: {made.stderr.strip()}", file=sys.stderr)
+            return 2
         try:
             tests = tuple(dict.fromkeys(test for mutant in chosen for test in mutant.tests))
-            if not run_tests(worktree, tests):
-                print(f"error: the named tests fail on the unchanged code (HEAD): {' '.join(tests)}", file=sys.stderr)
+            unchanged = run_tests(worktree, tests)
+            if unchanged.returncode != 0:
+                print(f"error: the named tests do not pass on the unchanged code (HEAD):\n{last_lines(unchanged)}",
+                      file=sys.stderr)
                 return 2
             survived = []
             for mutant in chosen:
@@ -164,8 +176,13 @@ def main(names: list[str]) -> int:
                     return 2
                 source.write_text(text.replace(mutant.old, mutant.new))
                 start = time.perf_counter()
-                caught = not run_tests(worktree, mutant.tests)
+                run = run_tests(worktree, mutant.tests)
                 source.write_text(text)
+                if run.returncode not in (0, 1):
+                    print(f"error: {mutant.name}: its tests gave no verdict (pytest exit {run.returncode}):\n"
+                          f"{last_lines(run)}", file=sys.stderr)
+                    return 2
+                caught = run.returncode == 1
                 print(f"{mutant.name}  {'caught  ' if caught else 'SURVIVED'}  {time.perf_counter() - start:5.1f} s  "
                       f"{mutant.bug}", flush=True)
                 if not caught:
