@@ -187,13 +187,17 @@ def test_the_lr_anneals_linearly_to_zero_over_the_run_and_is_what_adam_steps_wit
     assert constant.annealed_lr(10) == 0.001
 
 
-def test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the_weighted_entropy():
-    """Each term's sign and coefficient, against the formula written out (the CI reference runs one setting)."""
+@pytest.mark.parametrize("switches", [("algo.clip_vloss=true", "algo.norm_adv=true"),
+                                      ("algo.clip_vloss=false", "algo.norm_adv=false")])
+def test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the_weighted_entropy(switches):
+    """Each term's sign and coefficient, against the formula written out, with the value clip and the advantage
+    normalisation on and off (the CI reference runs one setting: both on)."""
     from algorithms.ppo import sum_terms
     from tests.test_outer_ppo import synthetic_rollout
 
     torch.manual_seed(0)
-    ppo = ppo_for_schedule("algo.ent_coef=0.3", "algo.vf_coef=0.7", "algo.clip_coef=0.1")
+    ppo = ppo_for_schedule("algo.ent_coef=0.3", "algo.vf_coef=0.7", "algo.clip_coef=0.1", *switches)
+    clip_vloss, norm_adv = ppo.cfg.clip_vloss, ppo.cfg.norm_adv
     batch = ppo.flatten_rollout(synthetic_rollout(ppo, obs_dim=4))
     with torch.no_grad():  # move the policy so that the ratio is not 1 and the clip binds somewhere
         for parameter in ppo.policy.parameters():
@@ -202,14 +206,20 @@ def test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the
     terms = ppo.loss_terms(new, batch, {})
     assert list(terms) == ["policy", "value", "entropy"]
 
+    stored = batch["advantages"]
+    advantages = (stored - stored.mean()) / (stored.std() + 1e-8) if norm_adv else stored
+    torch.testing.assert_close(new.advantages, advantages)
     ratio = (new.log_prob - batch["log_probs"]).exp()
-    surrogate = torch.min(ratio * new.advantages, ratio.clamp(0.9, 1.1) * new.advantages).mean()
-    value_error = torch.max((new.values - batch["returns"]) ** 2,
-                            (batch["values"] + (new.values - batch["values"]).clamp(-0.1, 0.1) - batch["returns"]) ** 2)
+    surrogate = torch.min(ratio * advantages, ratio.clamp(0.9, 1.1) * advantages).mean()
+    value_error = (new.values - batch["returns"]) ** 2
+    if clip_vloss:
+        clipped_values = batch["values"] + (new.values - batch["values"]).clamp(-0.1, 0.1)
+        value_error = torch.max(value_error, (clipped_values - batch["returns"]) ** 2)
     torch.testing.assert_close(terms["policy"], -surrogate)
     torch.testing.assert_close(terms["value"], 0.7 * 0.5 * value_error.mean())
     torch.testing.assert_close(terms["entropy"], -0.3 * new.entropy.mean())
     assert float(new.entropy.mean()) > 0 and (ratio - 1).abs().max() > 0.1
+    assert abs(float(stored.mean())) > 0.1  # normalising changes the advantages
     torch.testing.assert_close(sum_terms(terms), terms["policy"] + terms["value"] + terms["entropy"], rtol=0, atol=0)
 
 
