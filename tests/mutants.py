@@ -44,6 +44,7 @@ STATISTICS = BATCHED + ("test_the_compiled_engines_env_layer_and_statistics_step
 REPORT_NUMBERS = ("tests/test_report.py::test_iqm_is_scipys_quarter_trimmed_mean_the_bootstrap_interval_95_percent_"
                   "wide_and_the_area_per_step")
 DETECTABLE = "tests/test_claims.py::test_the_detectable_effect_at_a_designs_seeds_and_tasks"
+PPO_TERMS = CORE + "test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the_weighted_entropy"
 
 MUTANTS = [
     Mutant("M01", "the surrogate's pessimistic min taken as a max", "algorithms/core.py",
@@ -83,7 +84,7 @@ MUTANTS = [
            (CORE + "test_the_lr_anneals_linearly_to_zero_over_the_run_and_is_what_adam_steps_with",)),
     Mutant("M14", "the entropy bonus with its sign flipped", "algorithms/ppo.py",
            "return -(self.cfg.ent_coef * entropy_mean)", "return (self.cfg.ent_coef * entropy_mean)",
-           (CORE + "test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the_weighted_entropy",)),
+           (PPO_TERMS,)),
     Mutant("M15", "the population's norm clip with epsilon 1e-3", "algorithms/population.py",
            "max_norm / (norm + 1e-6)", "max_norm / (norm + 1e-3)",
            (POPULATION + "test_the_populations_norm_clip_scales_the_gradient_as_clip_grad_norm_does",)),
@@ -97,6 +98,10 @@ MUTANTS = [
     Mutant("M19", "reward scaling's epsilon outside the square root", "benchmarks/engine/batch_trainer.py",
            "rewards / np.sqrt(self.return_var[:, None] + self.reward_epsilon)",
            "rewards / (np.sqrt(self.return_var[:, None]) + self.reward_epsilon)", (STATISTICS,)),
+    Mutant("M20", "the value clip applied with algo.clip_vloss=false", "algorithms/ppo.py",
+           "self.cfg.clip_coef if self.cfg.clip_vloss else None", "self.cfg.clip_coef", (PPO_TERMS,)),
+    Mutant("M21", "advantages normalised with algo.norm_adv=false", "algorithms/ppo.py",
+           "if self.cfg.norm_adv:", "if True:", (PPO_TERMS,)),
     Mutant("A01", "PPO-KL's beta adapted the wrong way", "algorithms/ppo_kl.py",
            "        return beta / factor\n    if kl > target * tolerance:\n        return beta * factor",
            "        return beta * factor\n    if kl > target * tolerance:\n        return beta / factor",
