@@ -184,6 +184,10 @@ def test_clear_drop_is_a_regression_and_noise_is_not():
     # 5% lower: significant at n=3 maybe, but under the minimum effect (20% of the reference's progress)
     slightly_lower = compare(reference, synthetic_runs([95.0, 104.0, 86.0]), ALPHA, MIN_EFFECT, RESAMPLES)
     assert (slightly_lower["verdict"] == "ok").all()
+    # 5% lower on every seed, with little noise: significant, yet under the minimum effect, so not a regression.
+    consistent = synthetic_runs([100.0, 100.5, 99.5])
+    small_drop = compare(consistent, synthetic_runs([95.0, 95.5, 94.5]), ALPHA, MIN_EFFECT, RESAMPLES)
+    assert (small_drop["upper_bound"].astype(float) < 0).all() and (small_drop["verdict"] == "ok").all()
     # A big but inconsistent drop (one seed collapses) is not significant.
     one_bad_seed = compare(reference, synthetic_runs([100.0, 110.0, 0.0]), ALPHA, MIN_EFFECT, RESAMPLES)
     assert (one_bad_seed["verdict"] == "ok").all()
