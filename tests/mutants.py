@@ -102,6 +102,9 @@ MUTANTS = [
            "self.cfg.clip_coef if self.cfg.clip_vloss else None", "self.cfg.clip_coef", (PPO_TERMS,)),
     Mutant("M21", "advantages normalised with algo.norm_adv=false", "algorithms/ppo.py",
            "if self.cfg.norm_adv:", "if True:", (PPO_TERMS,)),
+    Mutant("M22", "evaluation updates the observation statistics", "benchmarks/engine/trainer.py",
+           "obs_normalizer(raw_obs, update=False)", "obs_normalizer(raw_obs, update=True)",
+           ("tests/test_trainer.py::test_checkpoint_alone_reproduces_the_final_evaluation",)),
     Mutant("A01", "PPO-KL's beta adapted the wrong way", "algorithms/ppo_kl.py",
            "        return beta / factor\n    if kl > target * tolerance:\n        return beta * factor",
            "        return beta * factor\n    if kl > target * tolerance:\n        return beta / factor",
@@ -122,6 +125,9 @@ MUTANTS = [
     Mutant("A06", "Outer-PPO's sigma_eff step ignores |g|", "algorithms/outer_ppo.py",
            "scale = target * float(grad_vector.norm()) / step_norm", "scale = target / step_norm",
            ("tests/test_outer_ppo.py::test_sigma_eff_rescales_the_adamw_step_to_sigma_times_g",)),
+    Mutant("A07", "Outer-PPO's outer SGD without Nesterov", "algorithms/outer_ppo.py",
+           "nesterov = opt_cfg.nesterov and opt_cfg.momentum > 0", "nesterov = False",
+           ("tests/test_outer_ppo.py::test_nesterov_outer_momentum_matches_hand_computation",)),
     Mutant("S01", "P(improvement) counts a tie as a win", "benchmarks/statistics.py",
            "+ 0.5 * (pairs_x == pairs_y).sum(axis=(0, 1))", "+ 1.0 * (pairs_x == pairs_y).sum(axis=(0, 1))",
            ("tests/test_claims.py::test_a_candidate_better_on_every_seed_and_task_has_probability_one",)),
@@ -136,6 +142,9 @@ MUTANTS = [
            "(2 * seeds + 1) / (12 * seeds**2 * tasks)", "(2 * seeds + 1) / (6 * seeds**2 * tasks)", (DETECTABLE,)),
     Mutant("S06", "the detectable std ratio with n, not n - 1, degrees of freedom", "benchmarks/statistics.py",
            "np.exp(-Z95 / np.sqrt((seeds - 1) * tasks))", "np.exp(-Z95 / np.sqrt(seeds * tasks))", (DETECTABLE,)),
+    Mutant("S07", "the regression check's minimum effect ignored", "benchmarks/regression.py",
+           "threshold = -min_effect * abs(progress)", "threshold = 0.0",
+           ("tests/test_regression_check.py::test_clear_drop_is_a_regression_and_noise_is_not",)),
 ]
 
 
