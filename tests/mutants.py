@@ -7,8 +7,9 @@ Each mutant replaces one line (or a few) of the committed code, in a scratch git
 are never touched; HEAD's tests are what run, so commit a new test before checking it), and runs only the tests it
 names: `caught` when one of them fails, SURVIVED when all pass. The named tests are first run on the unchanged code,
 where they must pass. Exit status 1 if any mutant survived; 2 if a mutant no longer applies, a run of its tests
-errs (collection or import: no verdict) or the tests fail unchanged. A test that guards a piece of math belongs here with the bug it guards against: the CI reference
-(tests/test_regression_check.py) catches any change of a number it logs, but only in the settings it runs.
+errs (collection or import: no verdict) or the tests fail unchanged. A test that guards a piece of math belongs
+here with the bug it guards against: the CI reference (tests/test_regression_check.py) catches any change of a
+number it logs, but only in the settings it runs.
 """
 
 from __future__ import annotations
