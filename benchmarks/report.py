@@ -564,10 +564,14 @@ def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], li
 
 def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str], str | None]:
     """The normalised final scores an aggregate is made of, and why none is made (None when one is): an
-    aggregate needs at least MIN_AGGREGATE_TASKS tasks and MIN_SEEDS_FOR_CI seeds of each preset on each."""
+    aggregate needs at least MIN_AGGREGATE_TASKS tasks, a preset that ran every one of them with one number of seeds
+    on each, and MIN_SEEDS_FOR_CI seeds of each such preset."""
     matrices, tasks = normalised_final_scores(runs)
-    if len(tasks) < MIN_AGGREGATE_TASKS or not matrices:
+    if len(tasks) < MIN_AGGREGATE_TASKS:
         return matrices, tasks, f"{len(tasks)} task{'s' * (len(tasks) != 1)} (an aggregate needs {MIN_AGGREGATE_TASKS})"
+    if not matrices:
+        return matrices, tasks, (f"no preset ran all {len(tasks)} tasks with one number of seeds on each (an aggregate "
+                                 f"compares presets over the same tasks)")
     seeds = min(m.shape[0] for m in matrices.values())
     if seeds < MIN_SEEDS_FOR_CI:
         return matrices, tasks, f"{seeds} seed{'s' * (seeds != 1)} per task (an aggregate needs {MIN_SEEDS_FOR_CI})"

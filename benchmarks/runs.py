@@ -33,14 +33,17 @@ def holds_tasks(path: Path) -> bool:
     return any(child.is_dir() and (CONF_ENV / f"{child.name}.yaml").exists() for child in path.iterdir())
 
 
-def numeric_log(path: Path, columns: tuple[str, ...]):
-    """A metrics CSV whose `columns` are present, numeric and finite-or-NaN (ValueError naming the problem)."""
+def numeric_log(path: Path, columns: tuple[str, ...], rows_required: bool = True):
+    """A metrics CSV whose `columns` are present, numeric and finite-or-NaN (ValueError naming the problem).
+    rows_required=False: a log that may hold no row (episodes.csv of a run that finished no training episode)."""
     log = read_csv_complete_rows(path)
     missing = [c for c in columns if c not in log.columns]
     if missing:
         raise ValueError(f"{path.name} lacks {', '.join(missing)}")
     if log.empty:
-        raise ValueError(f"{path.name} has no rows")
+        if rows_required:
+            raise ValueError(f"{path.name} has no rows")
+        return log.astype(float)  # a header alone reads as text columns
     from pandas.api.types import is_numeric_dtype
 
     for column in columns:
@@ -150,7 +153,7 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
         if reason is None:
             try:
                 eval_log = numeric_log(run_dir / "eval.csv", ("env_steps", "eval_return_mean"))
-                episodes = numeric_log(run_dir / "episodes.csv", ("env_steps", "episode_return"))
+                episodes = numeric_log(run_dir / "episodes.csv", ("env_steps", "episode_return"), rows_required=False)
                 numeric_log(run_dir / "train.csv", ("env_steps", "rollout_time", "update_time"))
             except Exception as error:  # missing file, unparsable CSV, garbage rows
                 reason = f"corrupt logs ({type(error).__name__}: {str(error).splitlines()[0][:160]})"

@@ -250,6 +250,20 @@ def test_numpy_and_torch_scalars_are_logged_as_the_numbers_they_are(tmp_path):
     assert (tmp_path / "train.csv").read_text() == "a,b,c,d,e,f\n0.30000000000000004,inf,0.10000000149011612,3,7,0.5\n"
 
 
+def test_a_log_given_its_header_names_its_columns_before_any_row_and_after_a_resume_cut_to_it(tmp_path):
+    path, header = tmp_path / "episodes.csv", ("env_steps", "episode_return", "episode_length")
+    log = CSVLog(path, header=header)
+    at_start = log.size()
+    log.close()
+    assert path.read_text() == "env_steps,episode_return,episode_length\n" and at_start == len(path.read_bytes())
+    for resume_at in (at_start, 0):  # a checkpoint before any row; one from before the header was written at start
+        log = CSVLog(path, resume_at, header=header)
+        log.write({"env_steps": 128, "episode_return": -1.5, "episode_length": 128})
+        log.close()
+        assert path.read_text() == "env_steps,episode_return,episode_length\n128,-1.5,128\n"
+        path.write_text("env_steps,episode_return,episode_length\n")
+
+
 def test_a_pack_that_fails_part_way_changes_no_table_and_no_csv(tmp_path, capsys):
     suite = tmp_path / "suite"
     for seed in (0, 1):

@@ -159,6 +159,32 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     assert "mixed: 1 runs" in out
 
 
+def test_a_run_that_finishes_no_training_episode_is_reported_packed_or_not(make_config, tmp_path, capsys):
+    """A budget shorter than the task's episodes (MountainCar's last 200 steps): episodes.csv holds its header alone,
+    and the report reads the run, its last-100 training metric empty; so too an episodes.csv left empty by such a
+    run made before the header was written, and the suite packed."""
+    import shutil
+
+    suite = tmp_path / "runs" / "short"
+    run = suite / "MountainCar" / "ppo" / "seed0"
+    train(make_config(["env=MountainCar", "algo=ppo", "env.num_envs=1", "env.num_steps=64", "total_steps=128",
+                       *QUIET]), run)
+    assert (run / "episodes.csv").read_text() == "env_steps,episode_return,episode_length\n"
+    shutil.copytree(run, run.parent / "seed1")
+    (run.parent / "seed1" / "episodes.csv").write_text("")
+    for out, packed in (("plain", False), ("packed", True)):
+        if packed:
+            pack_main([str(suite)])
+            assert not (run / "episodes.csv").exists()
+        report_main([str(suite), "--out", str(tmp_path / out)])
+        printed = capsys.readouterr().out
+        assert "skipped" not in printed and "short: 2 runs" in printed
+        table = pd.read_csv(tmp_path / out / "tables" / "short.csv")
+        assert len(table) == 1 and table["last100_train_mean"].isna().all() and table["seeds"].iloc[0] == 2
+    assert filecmp.cmp(tmp_path / "plain" / "tables" / "short.csv", tmp_path / "packed" / "tables" / "short.csv",
+                       shallow=False)
+
+
 def test_vectorised_probability_of_improvement_equals_rliables():
     import numpy as np
     from rliable import metrics
@@ -254,6 +280,13 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
     assert aggregate_scope(suite(["HalfCheetah"], 5))[2] == "1 task (an aggregate needs 2)"
     assert aggregate_table(suite(["HalfCheetah", "Hopper"], 4)) is None
     assert aggregate_scope(suite(["HalfCheetah", "Hopper"], 4))[2] == "4 seeds per task (an aggregate needs 5)"
+    # two tasks, but no preset ran both (or one ran both with another number of seeds on each)
+    apart = [run for run in suite(["HalfCheetah", "Hopper"], 5) if (run["algo"] == "ppo") == (run["env"] == "Hopper")]
+    uneven = [run for run in suite(["HalfCheetah", "Hopper"], 6) if run["env"] == "Hopper" or run["seed"] < 5]
+    for runs in (apart, uneven):
+        assert aggregate_table(runs) is None
+        assert aggregate_scope(runs)[2] == ("no preset ran all 2 tasks with one number of seeds on each (an aggregate "
+                                            "compares presets over the same tasks)")
 
 
 def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():

@@ -56,7 +56,7 @@ from benchmarks.engine.checkpoint import (
 from benchmarks.engine.config import task_kwargs, task_network
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims, time_limit
-from benchmarks.engine.logger import CSVLog, RunLogger, write_json_atomic
+from benchmarks.engine.logger import EPISODE_COLUMNS, CSVLog, RunLogger, write_json_atomic
 from benchmarks.engine.mujoco_batch import BatchedLocomotion, batchable
 from benchmarks.engine.reference_kl import EpisodeInfoMeans, ReferenceKLPenalty, whiten_rewards
 from benchmarks.engine.run_dir import algorithm_source, git_commit, machine, run_label, run_lock, versions
@@ -316,13 +316,13 @@ class SeedRun:
             self.obs = np.asarray(self.obs_normalizer(raw_obs, update=True), dtype=np.float32)
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     label=run_label(cfg))
-            self.episodes_log = CSVLog(self.run_dir / "episodes.csv")
+            self.episodes_log = CSVLog(self.run_dir / "episodes.csv", header=EPISODE_COLUMNS)
         else:
             self.load_state_dict(checkpoint)
             logs = checkpoint["logs"]
             self.logger = RunLogger(self.run_dir, cfg.total_steps, cfg.logging.tensorboard, self.progress_bar,
                                     resume={"sizes": logs, "env_steps": self.env_steps}, label=run_label(cfg))
-            self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"])
+            self.episodes_log = CSVLog(self.run_dir / "episodes.csv", logs["episodes.csv"], header=EPISODE_COLUMNS)
             print(f"resuming {self.run_dir} from its checkpoint at {self.env_steps} env steps", file=sys.stderr)
         # wall_time counts the time of every segment of an interrupted run up to its checkpoint
         self.start_time = time.perf_counter() - self.elapsed

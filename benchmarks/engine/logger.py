@@ -14,19 +14,28 @@ import numpy as np
 from tqdm import tqdm
 
 
+# episodes.csv's columns. Its header is written when the run starts, so that a run that finishes no training episode
+# (a budget shorter than the task's episodes) leaves a log that says so: a header and no row.
+EPISODE_COLUMNS = ("env_steps", "episode_return", "episode_length")
+
+
 class CSVLog:
-    """Append-only CSV whose columns are fixed by the first row; flushed per row so a crash loses nothing.
+    """Append-only CSV whose columns are fixed by its header or else its first row; flushed per row so a crash loses
+    nothing.
 
     resume_at: a byte size returned by `size()` earlier (stored in a checkpoint).
     The file is cut back to it, dropping rows a killed run wrote after its
     last checkpoint, and writing continues from there.
     """
 
-    def __init__(self, path: Path, resume_at: int | None = None):
+    def __init__(self, path: Path, resume_at: int | None = None, header: tuple[str, ...] | None = None):
+        """header: the columns, written at once, so that a log that ends with no row still names them (episodes.csv
+        of a run that finished no episode); None: the first row's keys."""
         self.path = Path(path)
         self.writer: csv.DictWriter | None = None
         if resume_at is None:
             self.file = open(self.path, "w", newline="")
+            self.start(header)
             return
         size = self.path.stat().st_size if self.path.exists() else -1
         if size < resume_at:
@@ -38,11 +47,18 @@ class CSVLog:
             with open(self.path, newline="") as existing:
                 header = next(csv.reader(existing))
             self.writer = csv.DictWriter(self.file, fieldnames=header)
+        else:  # cut back to nothing: a checkpoint taken before the first row (or, from older runs, the header)
+            self.start(header)
+
+    def start(self, header: tuple[str, ...] | None) -> None:
+        if header is not None:
+            self.writer = csv.DictWriter(self.file, fieldnames=list(header))
+            self.writer.writeheader()
+            self.file.flush()
 
     def write(self, row: dict) -> None:
         if self.writer is None:
-            self.writer = csv.DictWriter(self.file, fieldnames=list(row))
-            self.writer.writeheader()
+            self.start(tuple(row))
         self.writer.writerow({key: format_value(value) for key, value in row.items()})
         self.file.flush()
 
@@ -193,6 +209,8 @@ def read_csv_complete_rows(path: Path):
         from benchmarks.pack import read_packed_log
 
         return read_packed_log(path)
+    if not text and path.name == "episodes.csv":  # such a run made before the header was written at the start
+        text = ",".join(EPISODE_COLUMNS) + "\n"
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     # each float exactly as written (repr), the timings at the precision a packed log keeps

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from algorithms.core import ObservationNormalizer
 from benchmarks.engine.envs import find_spec, make_vector_env
-from benchmarks.engine.logger import CSVLog, RunLogger, episode_statistics
+from benchmarks.engine.logger import EPISODE_COLUMNS, CSVLog, RunLogger, episode_statistics
 
 
 def seed_everything(seed: int) -> None:
@@ -226,7 +226,7 @@ def log_iteration(logger: RunLogger, episodes_log: CSVLog, stats: dict, env_step
     """
     start_time, iteration_start, update_start, now = times
     for ret, length in zip(episode_returns, episode_lengths):
-        episodes_log.write({"env_steps": env_steps, "episode_return": ret, "episode_length": length})
+        episodes_log.write(dict(zip(EPISODE_COLUMNS, (env_steps, ret, length))))
     logger.log_train({
         "env_steps": env_steps,
         "iteration": iteration,
