@@ -567,8 +567,15 @@ def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str],
     aggregate needs at least MIN_AGGREGATE_TASKS tasks, a preset that ran every one of them with one number of seeds
     on each, and MIN_SEEDS_FOR_CI seeds of each such preset."""
     matrices, tasks = normalised_final_scores(runs)
+    every_task = sorted({run["env"] for run in runs})
+    if len(every_task) < MIN_AGGREGATE_TASKS:
+        return matrices, tasks, (f"{len(every_task)} task{'s' * (len(every_task) != 1)} (an aggregate needs "
+                                 f"{MIN_AGGREGATE_TASKS})")
     if len(tasks) < MIN_AGGREGATE_TASKS:
-        return matrices, tasks, f"{len(tasks)} task{'s' * (len(tasks) != 1)} (an aggregate needs {MIN_AGGREGATE_TASKS})"
+        unscored = [task for task in every_task if task not in tasks]
+        return matrices, tasks, (f"{len(tasks)} of its {len(every_task)} tasks can be normalised (an aggregate needs "
+                                 f"{MIN_AGGREGATE_TASKS}; {', '.join(unscored)}: no conf/env random_score, or no run "
+                                 f"above it)")
     if not matrices:
         return matrices, tasks, (f"no preset ran all {len(tasks)} tasks with one number of seeds on each (an aggregate "
                                  f"compares presets over the same tasks)")
