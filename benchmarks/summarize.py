@@ -11,7 +11,8 @@ A run is a directory with summary.json (status complete), train.csv, eval.csv
 and episodes.csv. Columns:
 - final_eval: deterministic-policy evaluation at the end of training, mean +- std over seeds;
 - last100_train: CleanRL's metric - per seed, the mean return of the last 100
-  training episodes (stochastic policy), then mean +- std over seeds;
+  training episodes (stochastic policy), then mean +- std over seeds (or how many
+  seeds finished no episode);
 - sps: env steps per wall-clock second of the whole run (evaluation included);
 - cpu_hours: what the runs cost on one core per process: each run's training-loop time over all its
   segments, a population's shared among the seeds trained together (a total follows the table).
@@ -37,6 +38,15 @@ def mean_std(values) -> str:
     return f"{values.mean():.2f} +- {values.std():.2f}"
 
 
+def last_episodes_column(values: list[float]) -> str:
+    """last100_train's cell: mean +- std over seeds, or how many seeds finished no training episode (a budget shorter
+    than the task's episodes), whose metric does not exist."""
+    without = int(np.isnan(values).sum())
+    if without:
+        return f"no episode ended ({without} of {len(values)} seeds)"
+    return mean_std(values)
+
+
 def summarize(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for (env, algo), group in group_runs(runs).items():
@@ -46,7 +56,7 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
             "env": env, "algo": algo, "seeds": " ".join(str(r["seed"]) for r in group),
             "env_steps": group[0]["env_steps"],
             "final_eval": mean_std(final_eval),
-            "last100_train": mean_std(last100),
+            "last100_train": last_episodes_column(last100),
             "per_seed_final_eval": " ".join(f"{v:.1f}" for v in final_eval),
             "sps": f"{np.mean([r['sps'] for r in group]):.0f}",
             "cpu_hours": round(sum(training_seconds(r["dir"]) for r in group) / 3600, 2),

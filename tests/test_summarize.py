@@ -66,6 +66,18 @@ def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, c
     assert "CPU-hours in all: 1.50 (5 runs" in out
 
 
+def test_seeds_that_finished_no_training_episode_are_counted_in_the_last_episodes_column(tmp_path, capsys):
+    from benchmarks.summarize import main
+
+    for seed in range(3):
+        write_run(tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}", seed, wall_time_s=10.0)
+    for seed in (0, 2):  # a budget that ended before any episode did: the header alone
+        (tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}" / "episodes.csv").write_text(
+            "env_steps,episode_return,episode_length\n")
+    main([str(tmp_path / "suite")])
+    assert "no episode ended (2 of 3 seeds)" in capsys.readouterr().out
+
+
 def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_path, capsys):
     """Runs the table leaves out are said, one line per directory and reason: an interrupted population's seeds
     together, a run whose trainer is alive as training now (its lock file's pid), a stale lock file ignored."""
