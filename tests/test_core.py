@@ -223,25 +223,32 @@ def test_ppos_loss_is_minus_the_surrogate_plus_the_weighted_value_loss_minus_the
     torch.testing.assert_close(sum_terms(terms), terms["policy"] + terms["value"] + terms["entropy"], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("target_kl, epochs_run", [(1e-12, 1), (None, 5)])
-def test_target_kl_stops_the_epochs_after_the_first_whose_last_minibatch_exceeds_it(target_kl, epochs_run):
+def test_target_kl_stops_the_epochs_after_the_first_whose_last_minibatch_exceeds_it():
     from tests.test_outer_ppo import synthetic_rollout
 
-    ppo = ppo_for_schedule("algo.update_epochs=5", "algo.num_minibatches=4",
-                           f"algo.target_kl={'null' if target_kl is None else target_kl}")
-    steps = []
-    original = ppo.minibatch_step
+    def approx_kls(target_kl: float | None) -> list[float]:
+        """The approx_kl of every minibatch step one update of 5 epochs x 4 minibatches takes."""
+        torch.manual_seed(0)
+        ppo = ppo_for_schedule("algo.update_epochs=5", "algo.num_minibatches=4",
+                               f"algo.target_kl={'null' if target_kl is None else target_kl}")
+        steps = []
+        original = ppo.minibatch_step
 
-    def counting(minibatch, optimizer):
-        stats = original(minibatch, optimizer)
-        steps.append(float(stats["approx_kl"]))
-        return stats
+        def counting(minibatch, optimizer):
+            stats = original(minibatch, optimizer)
+            steps.append(float(stats["approx_kl"]))
+            return stats
 
-    ppo.minibatch_step = counting
-    ppo.update(synthetic_rollout(ppo, obs_dim=4, num_steps=32), iteration=1)
-    assert len(steps) == 4 * epochs_run
-    if target_kl is not None:
-        assert steps[3] > target_kl  # the first epoch's last minibatch: what the check reads
+        ppo.minibatch_step = counting
+        ppo.update(synthetic_rollout(ppo, obs_dim=4, num_steps=32), iteration=1)
+        return steps
+
+    free = approx_kls(None)
+    assert len(free) == 4 * 5
+    first_epochs_last = free[3]  # what the check reads after the first epoch
+    assert approx_kls(0.9 * first_epochs_last) == free[:4]  # exceeded: no second epoch
+    later = approx_kls(1.1 * first_epochs_last)  # not exceeded: the epochs go on, the same steps
+    assert len(later) > 4 and later == free[:len(later)]
 
 
 def test_algorithms_import_neither_the_engine_nor_its_config_library():

@@ -310,14 +310,14 @@ def test_best_trajectory_baseline_replaces_only_close_higher_values():
     best.obs = torch.tensor([[0.0, 0, 0, 0], [10.0, 0, 0, 0]])
     best.values = torch.tensor([5.0, 5.0])
     other = make_trajectory(1, 3, raw_return=0.0)
-    other.obs = torch.tensor([[0.1, 0, 0, 0], [10.1, 0, 0, 0], [50.0, 0, 0, 0]])
+    other.obs = torch.tensor([[0.1, 0, 0, 0], [10.1, 0, 0, 0], [11.5, 0, 0, 0]])
     other.values = torch.tensor([1.0, 9.0, 1.0])
     other.rewards = torch.zeros(3)
     hp3o.buffer.push(best)
     hp3o.buffer.push(other)
 
     targets = hp3o.update_targets()
-    # row 0: close and higher -> replaced; row 1: close but lower; row 2: higher would need distance 40 > 1
+    # row 0: close and higher -> replaced; row 1: close but lower; row 2: higher, but at distance 1.5 > 1
     assert targets[1]["replaced"].tolist() == [True, False, False]
     assert not targets[0]["replaced"].any()
     baseline = torch.tensor([5.0, 9.0, 1.0])

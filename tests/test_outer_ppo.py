@@ -194,6 +194,23 @@ def test_sgd_outer_step_is_sigma_times_inner_displacement(sigma):
         assert stats["outer_step_norm"] == pytest.approx(sigma * stats["outer_grad_norm"], rel=1e-5)
 
 
+def test_an_annealed_outer_lr_decays_as_ppos_and_a_constant_one_does_not():
+    """outer_optimizer.anneal_lr (every preset keeps it false): the outer step at iteration 6 of 10 is half the
+    outer lr's times g; without it, the whole lr's."""
+    for anneal, factor in ((True, 0.5), (False, 1.0)):
+        torch.manual_seed(0)
+        algorithm = build_outer("algo=outer_ppo_lr", "algo.outer_optimizer.lr=0.8",
+                                f"algo.outer_optimizer.anneal_lr={str(anneal).lower()}", num_iterations=10)
+        captured = capture_inner_result(algorithm)
+        theta_k = parameters(algorithm)
+        stats = algorithm.update(synthetic_rollout(algorithm, obs_dim=4, seed=6), iteration=6)
+        applied = [after.double() - before.double() for after, before in zip(parameters(algorithm), theta_k)]
+        expected = [0.8 * factor * (star.double() - before.double())
+                    for star, before in zip(captured["theta_star"], theta_k)]
+        assert max_abs_diff(applied, expected) <= 1e-7
+        assert stats["outer_lr"] == pytest.approx(0.8 * factor, rel=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # (c) Nesterov momentum and the biased start against a hand computation
 # ---------------------------------------------------------------------------
