@@ -139,7 +139,7 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
         "final std": table["final_std"].map(lambda v: f"{v:.1f}"),
         "final IQM": table["final_iqm"].map(lambda v: f"{v:.1f}"),
         "AUC": table["auc_mean"].map(lambda v: f"{v:.1f}"),
-        "last-100 train": table["last100_train_mean"].map(lambda v: f"{v:.1f}"),
+        "last-100 train": table["last100_train_mean"].map(lambda v: "a seed ended none" if pd.isna(v) else f"{v:.1f}"),
         "us/step": table["us_per_step"].map(lambda v: f"{v:.0f}"),
         "time vs PPO": table.get("time_vs_ppo", pd.Series(np.nan, index=table.index)).map(
             lambda v: "" if pd.isna(v) else f"{v:.2f}x"),
@@ -572,13 +572,13 @@ def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str],
         return matrices, tasks, (f"{len(every_task)} task{'s' * (len(every_task) != 1)} (an aggregate needs "
                                  f"{MIN_AGGREGATE_TASKS})")
     if len(tasks) < MIN_AGGREGATE_TASKS:
-        unscored = [task for task in every_task if task not in tasks]
+        why = {True: "no random_score in conf/env", False: "no run above its random_score"}
+        unscored = [f"{task} ({why[random_score(task) is None]})" for task in every_task if task not in tasks]
         return matrices, tasks, (f"{len(tasks)} of its {len(every_task)} tasks can be normalised (an aggregate needs "
-                                 f"{MIN_AGGREGATE_TASKS}; {', '.join(unscored)}: no conf/env random_score, or no run "
-                                 f"above it)")
+                                 f"{MIN_AGGREGATE_TASKS}; {', '.join(unscored)})")
     if not matrices:
-        return matrices, tasks, (f"no preset ran all {len(tasks)} tasks with one number of seeds on each (an aggregate "
-                                 f"compares presets over the same tasks)")
+        return matrices, tasks, (f"no preset ran all {len(tasks)} tasks it can normalise with one number of seeds on "
+                                 f"each (an aggregate compares presets over the same tasks)")
     seeds = min(m.shape[0] for m in matrices.values())
     if seeds < MIN_SEEDS_FOR_CI:
         return matrices, tasks, f"{seeds} seed{'s' * (seeds != 1)} per task (an aggregate needs {MIN_SEEDS_FOR_CI})"
@@ -1037,6 +1037,7 @@ def suite_size(suite_dir: Path) -> int:
 
 # What a suite's tables and figures are made from besides its runs: a change to any of these remakes every suite.
 REPORT_INPUTS = [Path(__file__), Path(__file__).with_name("statistics.py"), Path(__file__).with_name("runs.py"),
+                 Path(__file__).with_name("pack.py"), Path(__file__).parent / "engine" / "logger.py",
                  RESULTS / "reference" / "published.csv"]
 STAMPS = RESULTS / "report_stamps.json"
 

@@ -154,7 +154,10 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
             try:
                 eval_log = numeric_log(run_dir / "eval.csv", ("env_steps", "eval_return_mean"))
                 episodes = numeric_log(run_dir / "episodes.csv", ("env_steps", "episode_return"), rows_required=False)
-                numeric_log(run_dir / "train.csv", ("env_steps", "rollout_time", "update_time"))
+                train = numeric_log(run_dir / "train.csv", ("env_steps", "rollout_time", "update_time"))
+                finished = int(train["episodes"].sum()) if "episodes" in train.columns else 0
+                if episodes.empty and finished:  # a log lost, not a run that finished no episode
+                    raise ValueError(f"episodes.csv has no rows, yet train.csv counts {finished} finished episodes")
             except Exception as error:  # missing file, unparsable CSV, garbage rows
                 reason = f"corrupt logs ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
         if reason is not None:

@@ -39,12 +39,15 @@ def mean_std(values) -> str:
 
 
 def last_episodes_column(values: list[float]) -> str:
-    """last100_train's cell: mean +- std over seeds, or how many seeds finished no training episode (a budget shorter
-    than the task's episodes), whose metric does not exist."""
+    """last100_train's cell: mean +- std over seeds; where seeds finished no training episode (a budget shorter than
+    the task's episodes: the metric does not exist), over the others, with how many those seeds are."""
+    values = np.asarray(values, dtype=float)
     without = int(np.isnan(values).sum())
-    if without:
-        return f"no episode ended ({without} of {len(values)} seeds)"
-    return mean_std(values)
+    if not without:
+        return mean_std(values)
+    if without == len(values):
+        return f"no episode ended ({without} of {without} seeds)"
+    return f"{mean_std(values[~np.isnan(values)])} ({without} of {len(values)} seeds ended no episode)"
 
 
 def summarize(runs: list[dict]) -> pd.DataFrame:

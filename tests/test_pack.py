@@ -256,6 +256,9 @@ def test_a_log_given_its_header_names_its_columns_before_any_row_and_after_a_res
     at_start = log.size()
     log.close()
     assert path.read_text() == "env_steps,episode_return,episode_length\n" and at_start == len(path.read_bytes())
+    path.write_text("")  # a checkpoint from before the header was written at the start: resumed, nothing written
+    CSVLog(path, 0, header=header).close()
+    assert path.read_text() == "env_steps,episode_return,episode_length\n"
     for resume_at in (at_start, 0):  # a checkpoint before any row; one from before the header was written at start
         log = CSVLog(path, resume_at, header=header)
         log.write({"env_steps": 128, "episode_return": -1.5, "episode_length": 128})

@@ -162,7 +162,9 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
 def test_a_run_that_finishes_no_training_episode_is_reported_packed_or_not(make_config, tmp_path, capsys):
     """A budget shorter than the task's episodes (MountainCar's last 200 steps): episodes.csv holds its header alone,
     and the report reads the run, its last-100 training metric empty; so too an episodes.csv left empty by such a
-    run made before the header was written, and the suite packed."""
+    run made before the header was written, and the suite packed. An empty episodes.csv where train.csv counts
+    finished episodes is a lost log: skipped."""
+    import json
     import shutil
 
     suite = tmp_path / "runs" / "short"
@@ -170,15 +172,24 @@ def test_a_run_that_finishes_no_training_episode_is_reported_packed_or_not(make_
     train(make_config(["env=MountainCar", "algo=ppo", "env.num_envs=1", "env.num_steps=64", "total_steps=128",
                        *QUIET]), run)
     assert (run / "episodes.csv").read_text() == "env_steps,episode_return,episode_length\n"
-    shutil.copytree(run, run.parent / "seed1")
+    for seed in (1, 2):
+        shutil.copytree(run, run.parent / f"seed{seed}")
+        summary = json.loads((run.parent / f"seed{seed}" / "summary.json").read_text())
+        (run.parent / f"seed{seed}" / "summary.json").write_text(json.dumps({**summary, "seed": seed}))
     (run.parent / "seed1" / "episodes.csv").write_text("")
+    # seed 2's train.csv counts a finished episode its episodes.csv lacks: a log lost, not a short run
+    train_log = pd.read_csv(run.parent / "seed2" / "train.csv")
+    train_log.loc[0, "episodes"] = 1
+    train_log.to_csv(run.parent / "seed2" / "train.csv", index=False)
     for out, packed in (("plain", False), ("packed", True)):
         if packed:
             pack_main([str(suite)])
             assert not (run / "episodes.csv").exists()
         report_main([str(suite), "--out", str(tmp_path / out)])
         printed = capsys.readouterr().out
-        assert "skipped" not in printed and "short: 2 runs" in printed
+        assert "short: 2 runs" in printed and printed.count("skipped") == 1
+        assert ("skipped MountainCar/ppo/seed2: corrupt logs (ValueError: episodes.csv has no rows, yet train.csv "
+                "counts 1 finished episodes)") in printed
         table = pd.read_csv(tmp_path / out / "tables" / "short.csv")
         assert len(table) == 1 and table["last100_train_mean"].isna().all() and table["seeds"].iloc[0] == 2
     assert filecmp.cmp(tmp_path / "plain" / "tables" / "short.csv", tmp_path / "packed" / "tables" / "short.csv",
@@ -289,12 +300,12 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
         if run["env"] == "Hopper":
             run["eval"]["eval_return_mean"] = run["eval"]["eval_return_mean"] * 0 - 1e6
     assert aggregate_table(below_random) is None
-    assert aggregate_scope(below_random)[2] == ("1 of its 2 tasks can be normalised (an aggregate needs 2; Hopper: no "
-                                                "conf/env random_score, or no run above it)")
+    assert aggregate_scope(below_random)[2] == ("1 of its 2 tasks can be normalised (an aggregate needs 2; Hopper (no "
+                                                "run above its random_score))")
     for runs in (apart, uneven):
         assert aggregate_table(runs) is None
-        assert aggregate_scope(runs)[2] == ("no preset ran all 2 tasks with one number of seeds on each (an aggregate "
-                                            "compares presets over the same tasks)")
+        assert aggregate_scope(runs)[2] == ("no preset ran all 2 tasks it can normalise with one number of seeds on "
+                                            "each (an aggregate compares presets over the same tasks)")
 
 
 def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():

@@ -66,16 +66,20 @@ def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, c
     assert "CPU-hours in all: 1.50 (5 runs" in out
 
 
-def test_seeds_that_finished_no_training_episode_are_counted_in_the_last_episodes_column(tmp_path, capsys):
-    from benchmarks.summarize import main
+def test_seeds_that_finished_no_training_episode_are_counted_in_the_last_episodes_column(tmp_path):
+    from benchmarks.runs import load_runs
+    from benchmarks.summarize import summarize
 
-    for seed in range(3):
-        write_run(tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}", seed, wall_time_s=10.0)
-    for seed in (0, 2):  # a budget that ended before any episode did: the header alone
-        (tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}" / "episodes.csv").write_text(
-            "env_steps,episode_return,episode_length\n")
-    main([str(tmp_path / "suite")])
-    assert "no episode ended (2 of 3 seeds)" in capsys.readouterr().out
+    for algo in ("ppo", "hp3o"):
+        for seed in range(3):
+            write_run(tmp_path / "suite" / "Hopper" / algo / f"seed{seed}", seed, algo=algo, wall_time_s=10.0)
+    for algo, seeds in (("ppo", (0, 2)), ("hp3o", (0, 1, 2))):  # budgets that ended before any episode did
+        for seed in seeds:
+            (tmp_path / "suite" / "Hopper" / algo / f"seed{seed}" / "episodes.csv").write_text(
+                "env_steps,episode_return,episode_length\n")
+    table = summarize(load_runs(tmp_path / "suite")).set_index("algo")
+    assert table.loc["ppo", "last100_train"] == "5.00 +- 0.00 (2 of 3 seeds ended no episode)"
+    assert table.loc["hp3o", "last100_train"] == "no episode ended (3 of 3 seeds)"
 
 
 def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_path, capsys):

@@ -47,10 +47,11 @@ class CSVLog:
             with open(self.path, newline="") as existing:
                 header = next(csv.reader(existing))
             self.writer = csv.DictWriter(self.file, fieldnames=header)
-        else:  # cut back to nothing: a checkpoint taken before the first row (or, from older runs, the header)
-            self.start(header)
+        else:  # a checkpoint taken before the log's first line: a log without a header, or one made before its
+            self.start(header)  # header was written at the start (episodes.csv of earlier runs)
 
     def start(self, header: tuple[str, ...] | None) -> None:
+        """The header line, when the columns are known."""
         if header is not None:
             self.writer = csv.DictWriter(self.file, fieldnames=list(header))
             self.writer.writeheader()
@@ -193,7 +194,8 @@ def read_csv_complete_rows(path: Path):
     """pandas DataFrame of a metrics CSV without a half-written last line (a run killed mid-write).
 
     A committed run's logs are packed (`python -m benchmarks.pack`): when the CSV is absent, its gzip
-    (`<name>.gz`) or else its rows in the nearest suite Parquet file above the run are read.
+    (`<name>.gz`) or else its rows in the nearest suite Parquet file above the run are read. An empty episodes.csv
+    (a run that finished no episode, made before the header was written at the start) reads as its header alone.
     """
     import io
 
@@ -209,10 +211,10 @@ def read_csv_complete_rows(path: Path):
         from benchmarks.pack import read_packed_log
 
         return read_packed_log(path)
-    if not text and path.name == "episodes.csv":  # such a run made before the header was written at the start
-        text = ",".join(EPISODE_COLUMNS) + "\n"
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
+    if not text and path.name == "episodes.csv":  # a run that finished no episode, made before the header came first
+        text = ",".join(EPISODE_COLUMNS) + "\n"
     # each float exactly as written (repr), the timings at the precision a packed log keeps
     return at_timing_precision(pd.read_csv(io.StringIO(text), float_precision="round_trip"))
 
