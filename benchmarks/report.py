@@ -139,7 +139,8 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
         "final std": table["final_std"].map(lambda v: f"{v:.1f}"),
         "final IQM": table["final_iqm"].map(lambda v: f"{v:.1f}"),
         "AUC": table["auc_mean"].map(lambda v: f"{v:.1f}"),
-        "last-100 train": table["last100_train_mean"].map(lambda v: "a seed ended none" if pd.isna(v) else f"{v:.1f}"),
+        "last-100 train": table["last100_train_mean"].map(
+            lambda v: "a seed ended no episode" if pd.isna(v) else f"{v:.1f}"),
         "us/step": table["us_per_step"].map(lambda v: f"{v:.0f}"),
         "time vs PPO": table.get("time_vs_ppo", pd.Series(np.nan, index=table.index)).map(
             lambda v: "" if pd.isna(v) else f"{v:.2f}x"),
