@@ -294,6 +294,10 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
     # two tasks, but no preset ran both (or one ran both with another number of seeds on each)
     apart = [run for run in suite(["HalfCheetah", "Hopper"], 5) if (run["algo"] == "ppo") == (run["env"] == "Hopper")]
     uneven = [run for run in suite(["HalfCheetah", "Hopper"], 6) if run["env"] == "Hopper" or run["seed"] < 5]
+    for runs in (apart, uneven):
+        assert aggregate_table(runs) is None
+        assert aggregate_scope(runs)[2] == ("no preset ran all 2 tasks it can normalise with one number of seeds on "
+                                            "each (an aggregate compares presets over the same tasks)")
     # two tasks, one of which no run beat a uniform-random policy on: it cannot be normalised
     below_random = suite(["HalfCheetah", "Hopper"], 5)
     for run in below_random:
@@ -302,10 +306,6 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
     assert aggregate_table(below_random) is None
     assert aggregate_scope(below_random)[2] == ("1 of its 2 tasks can be normalised (an aggregate needs 2; Hopper (no "
                                                 "run above its random_score))")
-    for runs in (apart, uneven):
-        assert aggregate_table(runs) is None
-        assert aggregate_scope(runs)[2] == ("no preset ran all 2 tasks it can normalise with one number of seeds on "
-                                            "each (an aggregate compares presets over the same tasks)")
 
 
 def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():
