@@ -4,6 +4,9 @@ it takes (argparse prints it as `<prog>: error: argument <flag>: <line>` and exi
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
 from pathlib import Path
 
 from benchmarks.runs import CONF_ENV, holds_tasks
@@ -70,3 +73,15 @@ def existing_file(text: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a file" if path.exists() else f"{text} does not exist")
     return path
+
+
+def run_printing_command(main) -> None:
+    """Run a command that prints tables, exiting with its status; where its reader stops early (`| head`), it ends
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a Unix tool stopped so) instead of a
+    BrokenPipeError traceback."""
+    try:
+        status = main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        status = 128 + signal.SIGPIPE
+    sys.exit(status)

@@ -19,7 +19,8 @@ Verdict per metric, with d = mean(candidate) - mean(reference) over seeds:
   final return measure another horizon; or when the reference's own runs of the
   cell were. A line below the table says which.
 - ok otherwise.
-Exit status 1 on any REGRESSION, MISSING or INCOMPARABLE, else 0. On CPU with the same code
+Exit status 1 on any REGRESSION, MISSING or INCOMPARABLE, else 0 (141 where the reader of its output stops
+early, as `| head` does). On CPU with the same code
 and seeds the runs are bit-identical and d is exactly 0; the two guards are
 for machines whose floating point differs, where the curves diverge as
 another set of seeds would.
@@ -35,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.statistics import area_under_curve
-from benchmarks.arguments import conf_name, number_in
+from benchmarks.arguments import conf_name, number_in, run_printing_command
 from benchmarks.runs import group_runs, load_runs
 
 METRICS = ("auc", "final")
@@ -174,4 +175,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_printing_command(main)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
-from benchmarks.arguments import number_in, suite_directory
+from benchmarks.arguments import number_in, run_printing_command, suite_directory
 from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs
 from benchmarks.tuning import training_seconds
 
@@ -166,4 +166,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_printing_command(main)

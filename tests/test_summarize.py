@@ -1,6 +1,7 @@
 """benchmarks.summarize: the terminal quick look at stored runs."""
 
 import pandas as pd
+import pytest
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.summarize import train_column_means
@@ -142,3 +143,25 @@ def test_a_column_no_run_logs_and_a_folder_of_suites_are_one_line_each(tmp_path,
         captured = capsys.readouterr()
         assert stop.value.code == 2 and captured.out == ""
         assert captured.err.strip().splitlines()[-1] == f"python -m benchmarks.summarize: error: {message}"
+
+
+@pytest.mark.parametrize("command", [["benchmarks.summarize", "results/reference/ci"],
+                                     ["benchmarks.regression", "--reference", "results/reference/ci", "--candidate",
+                                      "results/reference/ci"]])
+def test_a_table_command_whose_reader_stops_early_ends_quietly(command):
+    """`python -m benchmarks.summarize ... | head`: its output's reader gone, the command stops with 141 (128 +
+    SIGPIPE, as a Unix tool) and nothing on stderr (it printed a BrokenPipeError traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has stopped before the first line
+    try:
+        result = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")
