@@ -761,6 +761,9 @@ class PopulationBatch:
         ([S] tensors) and the batches each seed trained on."""
         algorithms, first = self.algorithms, self.algorithms[0]
         width = rollout_size if phase.whole_batch else first.minibatch_rows_at_most(rollout_size)
+        # PPO's target-KL stop (PPO.run_epochs), in PPO's own epochs only: each seed ends its epochs after the
+        # first whose last minibatch's approx KL exceeds algo.target_kl, and the others go on
+        target_kl = first.cfg.target_kl if first.runs_ppo_epochs() else None
         epoch_iterators = []
         for algorithm, batch, randoms, on in zip(algorithms, batches, self.randoms, active):
             if not on:
@@ -802,6 +805,11 @@ class PopulationBatch:
                     self.params, self.moments[phase.optimizer], minibatch, lrs, stepping[m], inputs, buffers)
                 per_step.append(stats)
                 stepped.append(stepping[m])
+            if target_kl is not None:
+                epoch_steps = per_step[-len(stepping):]
+                for index, split in enumerate(splits):
+                    if split and float(epoch_steps[split - 1]["approx_kl"][index]) > target_kl:
+                        epoch_iterators[index] = None  # no further epoch batch is drawn, as after PPO's break
         return step_means(per_step, torch.stack(stepped, dim=1)), trained_on
 
     def optimizer_from_seeds(self) -> None:

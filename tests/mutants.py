@@ -39,6 +39,8 @@ CLIPPED_LOSS = CORE + "test_clipped_policy_loss_on_known_inputs"
 VALUE_LOSS = CORE + "test_value_loss_clipped_and_unclipped_on_known_inputs"
 GAE = CORE + "test_gae_termination_truncation_and_reset_step_by_hand"
 GAUSSIAN = CORE + "test_gaussian_log_prob_and_entropy_match_torch_distributions"
+TARGET_KL_PER_SEED = POPULATION + ("test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_"
+                                   "alone[ppo]")
 ONE_SEED_UPDATE = POPULATION + "test_a_population_of_one_takes_the_eager_torch_update[ppo]"
 STATISTICS = BATCHED + ("test_the_compiled_engines_env_layer_and_statistics_step_as_each_seeds_own_wrappers_and_"
                         "normalisers")
@@ -117,6 +119,13 @@ MUTANTS = [
     Mutant("M26", "reset rows counted in the return variance", "benchmarks/engine/batch_trainer.py",
            "batch_var = np.where(valid, (self.discounted_return - batch_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe",
            "batch_var = ((self.discounted_return - batch_mean[:, None]) ** 2).sum(axis=1) / safe", (STATISTICS,)),
+    Mutant("M27", "a population's target-KL stop reads each epoch's first minibatch", "algorithms/population.py",
+           'float(epoch_steps[split - 1]["approx_kl"][index])', 'float(epoch_steps[0]["approx_kl"][index])',
+           (TARGET_KL_PER_SEED,)),
+    Mutant("M28", "a population's target-KL stop ends every seed's epochs", "algorithms/population.py",
+           "epoch_iterators[index] = None  # no further",
+           "epoch_iterators[:] = [None] * len(epoch_iterators)  # no further",
+           (TARGET_KL_PER_SEED,)),
     Mutant("A01", "PPO-KL's beta adapted the wrong way", "algorithms/ppo_kl.py",
            "        return beta / factor\n    if kl > target * tolerance:\n        return beta * factor",
            "        return beta * factor\n    if kl > target * tolerance:\n        return beta / factor",

@@ -73,7 +73,6 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
 
 @pytest.mark.parametrize("override,message", [
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
-    (["seeds=[0,1]", "algo.target_kl=0.02"], "algo.target_kl must be null with algo.backend=compiled"),
 ])
 def test_a_batch_the_fast_path_cannot_run_is_refused_in_one_line(override, message, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), *override, f"hydra.run.dir={tmp_path}/job"],

@@ -139,6 +139,75 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
         assert got["buffer_fill"] >= 2 and 0 < got["old_policy_fraction"] < 1
 
 
+@pytest.mark.parametrize("algo", ["ppo", "hp3o"])  # HP3O: each epoch's hybrid batch is drawn as the epoch starts
+def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone(algo, eager):
+    """PPO's target-KL stop (PPO.run_epochs) is each seed's own in a population: two seeds whose first epoch ends
+    at different approx KLs, the target between them, so that one stops after its first epoch and the other
+    trains on; each takes the three updates it takes alone (its steps, its draws, its statistics)."""
+    import copy
+    import random
+
+    import numpy as np
+
+    from benchmarks.engine.batch_trainer import RandomState
+    from tests.test_outer_ppo import synthetic_rollout
+
+    def seeded(seed: int) -> None:
+        torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)
+
+    def build(seed: int, target_kl) -> PPO:
+        cfg = compose_config([f"algo={algo}", "env=HalfCheetah", "algo.backend=torch", "algo.update_epochs=4",
+                              "algo.num_minibatches=4", f"algo.target_kl={target_kl}"])
+        torch.manual_seed(seed)
+        return ALGORITHMS[cfg.algo.algorithm](17, 6, False, cfg.algo, 10)
+
+    def first_update_steps(algorithm: PPO, stream: int, rollout) -> tuple[list[float], list[int]]:
+        """approx_kl of each step and the number of minibatches of each epoch, of one eager update."""
+        kls, epochs = [], []
+        step, cut = algorithm.minibatch_step, algorithm.epoch_minibatches
+        algorithm.minibatch_step = lambda *args: (stats := step(*args), kls.append(float(stats["approx_kl"])))[0]
+        algorithm.epoch_minibatches = lambda *args: (pieces := cut(*args), epochs.append(len(pieces)))[0]
+        seeded(stream)
+        algorithm.update(rollout, 1)
+        return kls, epochs
+
+    rollouts = {seed: [synthetic_rollout(build(seed, "null"), 17, num_steps=200, num_envs=2, seed=10 * seed + i)
+                       for i in range(3)] for seed in (1, 2)}
+    ends = {}  # each seed's approx KL after its first epoch, with no target
+    for seed in (1, 2):
+        kls, epochs = first_update_steps(build(seed, "null"), 100 + seed, rollouts[seed][0])
+        ends[seed] = kls[epochs[0] - 1]
+    low, high = sorted(ends.values())
+    assert high > 1.02 * low  # a target between them stands far above float rounding (1e-5)
+    target = math.sqrt(low * high)
+    stops, goes_on = (seed for seed in sorted(ends, key=ends.get, reverse=True))
+    assert len(first_update_steps(build(stops, target), 100 + stops, rollouts[stops][0])[1]) == 1
+    assert len(first_update_steps(build(goes_on, target), 100 + goes_on, rollouts[goes_on][0])[1]) > 1
+
+    alone, members, randoms, expected = {}, [], [], {}
+    for seed in (1, 2):
+        alone[seed] = build(seed, target)
+        member = copy.deepcopy(alone[seed])
+        member.optimizer = member.build_optimizer()
+        members.append(member)
+        seeded(100 + seed)
+        randoms.append(RandomState())  # the population's streams of the seed, where its update alone starts
+        seeded(100 + seed)
+        expected[seed] = [alone[seed].update(rollout, iteration) for iteration, rollout in
+                          enumerate(rollouts[seed], start=1)]
+    population = PopulationBatch(members, randoms)
+    got = [population.update([rollouts[1][i], rollouts[2][i]], i + 1, [True, True]) for i in range(3)]
+    for index, seed in enumerate((1, 2)):
+        for a, b in zip(alone[seed].policy.parameters(), members[index].policy.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        for iteration in range(3):
+            stats, want = got[iteration][index], expected[seed][iteration]
+            assert list(stats) == list(want)
+            for key, value in want.items():
+                if not (isinstance(value, float) and math.isnan(value)):
+                    assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (seed, iteration, key)
+
+
 @pytest.mark.parametrize("max_norm", [0.1, 100.0])  # the clip binds; it does not
 def test_the_populations_norm_clip_scales_the_gradient_as_clip_grad_norm_does(max_norm):
     """The update's clip on a flat gradient against torch's on the parameters' own (the population-of-one test above

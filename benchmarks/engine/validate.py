@@ -476,10 +476,6 @@ def _cross_checks(data: dict) -> list[str]:
     errors += algorithm.check_config(algo, rollout)  # the algorithm's own checks of keys that relate
     if algo["backend"] == "compiled" and not errors:
         errors += population_check(algorithm, algo)
-    if algo["backend"] == "compiled" and algo["target_kl"] is not None:
-        errors.append(f"algo.target_kl must be null with algo.backend=compiled: early stopping is per seed and a "
-                      f"population steps all its seeds together (got {algo['target_kl']}); algo.backend=torch runs "
-                      f"each seed's own update")
     if env["family"] == "rlhf":
         if algo["backend"] != "torch":  # compiled: the population step runs MLP policies
             errors.append(f"algo.backend must be torch on token tasks (env.family=rlhf): the compiled "
