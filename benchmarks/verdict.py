@@ -109,6 +109,23 @@ def same_family_or_error(tune: str, suite: str, suite_args: list[str]) -> str | 
             f"of the suite's family")
 
 
+def search_space_or_error(tune: str, algo: str, study_args: list[str]) -> str | None:
+    """The study searches the preset's space of the round, or one given in --study-args: None when there is one
+    (or the study's command cannot be composed: its own step says why), else the one line that says how to give
+    one - said before anything trains, not when the study starts."""
+    try:
+        sweeper = compose_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}", *study_args],
+                                 hydra_settings=True).hydra.sweeper
+    except Exception:
+        return None
+    if algo in sweeper.search_spaces or sweeper.study_name in sweeper.search_spaces:
+        return None
+    return (f"--tune {tune} has no search space for {algo} (it has {', '.join(sorted(sweeper.search_spaces))}): add "
+            f"one to conf/tune/{tune}.yaml's hydra.sweeper.search_spaces, or give it in --study-args, e.g. "
+            f"--study-args \"'+hydra.sweeper.search_spaces.{algo}={{algo.ent_coef:{{low:0.0,high:0.02}}}}'\" "
+            f"({{}}: nothing searched, its study trains the values so far once)")
+
+
 def comparison(runs: list[dict], algo: str) -> pd.DataFrame:
     families = set(task_families(runs).values())
     rows = []
@@ -144,9 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict "
                      "compares against; give a variant")
     study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
-    mismatch = same_family_or_error(args.tune, args.suite, suite_args)
-    if mismatch:
-        parser.error(mismatch)
+    for problem in (same_family_or_error(args.tune, args.suite, suite_args),
+                    search_space_or_error(args.tune, args.algo, study_args)):
+        if problem:
+            parser.error(problem)
     # The candidate's runs go to the verdict's own directory (a suite's directory holds what its experiment command
     # makes); PPO's are the suite's own (complete ones, committed or not, are skipped). Checked before the hours of
     # the study: a directory that cannot be made would only fail at the end.

@@ -58,10 +58,18 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
      "against; give a variant"),
     (["--algo", "ppo_kl", "--tune", "classic_pruned", "--suite", "classic_10seeds", "--out", "/dev/null/verdict"],
      "argument --out: /dev/null/verdict cannot be made: Not a directory"),  # said before the study's hours, not after
+    (["--algo", "ppo_kl", "--tune", "classic_pruned", "--suite", "classic_10seeds", "--study-args",
+      "~hydra.sweeper.search_spaces.ppo_kl"],  # as a preset of one's own that the round does not name
+     "--tune classic_pruned has no search space for ppo_kl (it has hp3o, hp3o_plus, outer_ppo, outer_ppo_biased, "
+     "outer_ppo_lr, outer_ppo_nesterov, ppo): add one to conf/tune/classic_pruned.yaml's "
+     "hydra.sweeper.search_spaces, or give it in --study-args, e.g. --study-args "
+     "\"'+hydra.sweeper.search_spaces.ppo_kl={algo.ent_coef:{low:0.0,high:0.02}}'\" ({}: nothing searched, its "
+     "study trains the values so far once)"),
 ])
 def test_a_protocol_that_cannot_give_a_verdict_is_refused_before_anything_trains(arguments, message, capsys,
                                                                                  monkeypatch):
-    """A tuning round of another family than the suite's; PPO itself as the candidate; an --out that cannot be made."""
+    """A tuning round of another family than the suite's; PPO itself as the candidate; an --out that cannot be made;
+    a preset the round has no search space for."""
     from benchmarks import verdict
     from benchmarks.verdict import main
 

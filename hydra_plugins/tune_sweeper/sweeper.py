@@ -61,7 +61,10 @@ class TuneSweeper(Sweeper):
         space_name = study_name if study_name in self.search_spaces else preset
         if space_name not in self.search_spaces:
             raise SystemExit(f"config error: no search space for algo={preset} in hydra.sweeper.search_spaces "
-                             f"(have: {', '.join(sorted(self.search_spaces))})")
+                             f"(have: {', '.join(sorted(self.search_spaces))}): add one in the round's "
+                             f"conf/tune/<round>.yaml, or give it as an override, e.g. "
+                             f"'+hydra.sweeper.search_spaces.{preset}={{algo.ent_coef:{{low:0.0,high:0.02}}}}' "
+                             f"({{}}: nothing searched, the study trains the values so far once)")
         # A key set to null is not searched (a round that extends another drops a key of its space this way).
         space = {key: spec for key, spec in self.search_spaces[space_name].items() if spec is not None}
         study = TuningStudy(config=self.config, search_space=space,
