@@ -40,6 +40,11 @@ def number_in(low: float, high: float | None = None, integer: bool = False, clos
     return number
 
 
+def seed_number(text: str) -> int:
+    """argparse type of a seed: an integer in numpy's and Gymnasium's range, [0, 2**32 - 1], as run.py's seed."""
+    return number_in(0, 2**32 - 1, integer=True)(text)
+
+
 def conf_name(kind: str):
     """argparse type of a task (kind "env") or preset (kind "algo") name: one of conf/<kind>/<name>.yaml, or one line
     naming what there is."""

@@ -29,7 +29,7 @@ from benchmarks.engine.checkpoint import CheckpointDamaged, CheckpointError, rea
 from benchmarks.engine.config import task_kwargs, task_network, with_later_keys
 from benchmarks.engine.envs import make_vector_env, space_dims
 from benchmarks.engine.trainer import Evaluator
-from benchmarks.arguments import existing_file, number_in
+from benchmarks.arguments import existing_file, number_in, seed_number
 
 
 def load_agent(checkpoint_path: Path):
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=checkpoint_file, help="a checkpoint.pt, or the run directory holding it")
     parser.add_argument("--episodes", type=number_in(1, integer=True), default=10)
-    parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    parser.add_argument("--seed", type=seed_number, default=12345, help="seed of the evaluation envs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from omegaconf import OmegaConf
 
-from benchmarks.arguments import number_in
+from benchmarks.arguments import number_in, seed_number
 
 ENV_DIR = Path(__file__).resolve().parents[1] / "conf" / "env"
 
@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=number_in(1, integer=True), default=50)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_number, default=0)
     args = parser.parse_args(argv)
     for path in sorted(ENV_DIR.glob("*.yaml")):
         env_id = OmegaConf.load(path).id

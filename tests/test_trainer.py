@@ -154,6 +154,13 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
         with pytest.raises(SystemExit) as failed:
             evaluate_main([str(tmp_path)])
         assert failed.value.code == "error: evaluation: an episode of env.id=CartPole-v1 has not ended after 500 steps"
+        capsys.readouterr()
+        for seed in ("-1", str(2**32)):  # numpy's and Gymnasium's range, as run.py's seed: one line, not a traceback
+            with pytest.raises(SystemExit) as refused:
+                evaluate_main([str(tmp_path), "--seed", seed])
+            assert refused.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
+                f"python -m benchmarks.evaluate: error: argument --seed: must be an integer in [0, 4294967295], "
+                f"got {seed}")
 
 
 def test_the_trainer_drives_any_algorithm_through_the_interface_alone(make_config, tmp_path, monkeypatch):
