@@ -139,7 +139,8 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
         assert got["buffer_fill"] >= 2 and 0 < got["old_policy_fraction"] < 1
 
 
-@pytest.mark.parametrize("algo", ["ppo", "hp3o"])  # HP3O: each epoch's hybrid batch is drawn as the epoch starts
+@pytest.mark.parametrize("algo", ["ppo", "hp3o", "outer_ppo_lr"])  # HP3O: each epoch's hybrid batch is drawn as the
+# epoch starts; Outer-PPO: PPO's epochs between its own steps
 def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone(algo, eager):
     """PPO's target-KL stop (PPO.run_epochs) is each seed's own in a population: two seeds whose first epoch ends
     at different approx KLs, the target between them, so that one stops after its first epoch and the other
