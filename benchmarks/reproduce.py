@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     # started with that mode (the mode is fixed when numpy and torch load, so this process cannot switch).
     here = numerics.base_mode(numerics.MODE)
     other_mode = [d for d in args.run_dirs if stored_numerics_mode(d) != here]
-    differing = retired = 0
+    differing = retired = unconfirmed = 0  # unconfirmed: not rerun here (counted in differing as well)
     if other_mode:
         mode = "native" if here == "portable" else "portable"
         print(f"{len(other_mode)} run(s) were made with {mode} kernels: rerunning them in a child process "
@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
             child_counts = tally.read_text().split() if child.returncode in (0, 1) and tally.exists() else None
             differing += int(child_counts[0]) if child_counts else len(other_mode)
             retired += int(child_counts[1]) if child_counts else 0
+            unconfirmed += int(child_counts[2]) if child_counts else 0
     with tempfile.TemporaryDirectory() as tmp:
         reruns = Reruns(Path(tmp), list(args.set))
         for run_dir in [d for d in args.run_dirs if d not in other_mode]:
@@ -291,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
             if elsewhere:
                 print(f"{run_dir}: {elsewhere}")
                 differing += 1  # not confirmed: it does not count as reproduced
+                unconfirmed += 1
                 continue
             rerun = reruns.of(run_dir)
             lines = compare_logs(run_dir, rerun)
@@ -302,11 +304,13 @@ def main(argv: list[str] | None = None) -> None:
             for line in lines:
                 print(f"  {line}")
     if args.tally:
-        args.tally.write_text(f"{differing} {retired}")
+        args.tally.write_text(f"{differing} {retired} {unconfirmed}")
         sys.exit(1 if differing else 0)
     rerun = len(args.run_dirs) - retired
-    data_only = f" ({retired} made with a retired backend: data, not rerun)" if retired else ""
-    print(f"{rerun - differing} of {rerun} runs reproduce every logged number{data_only}")
+    notes = ([f"{unconfirmed} could not be rerun here, said above"] if unconfirmed else []) + (
+        [f"{retired} made with a retired backend: data, not rerun"] if retired else [])
+    print(f"{rerun - differing} of {rerun} runs reproduce every logged number"
+          + (f" ({'; '.join(notes)})" if notes else ""))
     sys.exit(1 if differing else 0)
 
 
