@@ -106,6 +106,9 @@ class OuterPPO(PPO):
             problems.append(f"algo.outer_optimizer.lr must be 1.0 when algo.outer_optimizer.sigma_eff is set (every "
                             f"outer step is rescaled to sigma_eff * |g|, so the lr would have no effect), "
                             f"got {outer['lr']}")
+        if algo["inner_loop"] == "full_batch" and algo["target_kl"] is not None:
+            problems.append(f"algo.target_kl must be null with algo.inner_loop=full_batch (got {algo['target_kl']}): it "
+                            f"stops PPO's epochs, and the full-batch inner loop runs none (algo.inner_loop=ppo does)")
         return problems
 
     def __init__(self, obs_dim: int, action_dim: int, discrete: bool, cfg, num_iterations: int,

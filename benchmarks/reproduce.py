@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
             child_counts = tally.read_text().split() if child.returncode in (0, 1) and tally.exists() else None
             differing += int(child_counts[0]) if child_counts else len(other_mode)
             retired += int(child_counts[1]) if child_counts else 0
-            unconfirmed += int(child_counts[2]) if child_counts else 0
+            unconfirmed += int(child_counts[2]) if child_counts else len(other_mode)
     with tempfile.TemporaryDirectory() as tmp:
         reruns = Reruns(Path(tmp), list(args.set))
         for run_dir in [d for d in args.run_dirs if d not in other_mode]:

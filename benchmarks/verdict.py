@@ -114,13 +114,15 @@ def search_space_or_error(tune: str, algo: str, study_args: list[str]) -> str | 
     (or the study's command cannot be composed: its own step says why), else the one line that says how to give
     one - said before anything trains, not when the study starts."""
     try:
-        sweeper = compose_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}", *study_args],
-                                 hydra_settings=True).hydra.sweeper
+        config = compose_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}", *study_args],
+                                hydra_settings=True)
+        spaces, names = config.hydra.sweeper.search_spaces, (config.algo.name, config.hydra.sweeper.study_name)
     except Exception:
         return None
-    if algo in sweeper.search_spaces or sweeper.study_name in sweeper.search_spaces:
+    if any(name in spaces for name in names):  # the sweeper's: the study's own name, else the preset's
         return None
-    return (f"--tune {tune} has no search space for {algo} (it has {', '.join(sorted(sweeper.search_spaces))}): add "
+    algo = config.algo.name
+    return (f"--tune {tune} has no search space for {algo} (it has {', '.join(sorted(spaces))}): add "
             f"one to conf/tune/{tune}.yaml's hydra.sweeper.search_spaces, or give it in --study-args, e.g. "
             f"--study-args \"'+hydra.sweeper.search_spaces.{algo}={{algo.ent_coef:{{low:0.0,high:0.02}}}}'\" "
             f"({{}}: nothing searched, its study trains the values so far once)")

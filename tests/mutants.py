@@ -41,6 +41,7 @@ GAE = CORE + "test_gae_termination_truncation_and_reset_step_by_hand"
 GAUSSIAN = CORE + "test_gaussian_log_prob_and_entropy_match_torch_distributions"
 TARGET_KL_PER_SEED = POPULATION + ("test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_"
                                    "alone[ppo]")
+TARGET_KL_PER_SEED_HP3O = TARGET_KL_PER_SEED.replace("[ppo]", "[hp3o]")
 ONE_SEED_UPDATE = POPULATION + "test_a_population_of_one_takes_the_eager_torch_update[ppo]"
 STATISTICS = BATCHED + ("test_the_compiled_engines_env_layer_and_statistics_step_as_each_seeds_own_wrappers_and_"
                         "normalisers")
@@ -122,6 +123,9 @@ MUTANTS = [
     Mutant("M27", "a population's target-KL stop reads each epoch's first minibatch", "algorithms/population.py",
            'float(epoch_steps[split - 1]["approx_kl"][index])', 'float(epoch_steps[0]["approx_kl"][index])',
            (TARGET_KL_PER_SEED,)),
+    Mutant("M29", "a population's target-KL stop reads the epoch's last slab, a seed's own last or not",
+           "algorithms/population.py", 'float(epoch_steps[split - 1]["approx_kl"][index])',
+           'float(epoch_steps[-1]["approx_kl"][index])', (TARGET_KL_PER_SEED_HP3O,)),
     Mutant("M28", "a population's target-KL stop ends every seed's epochs", "algorithms/population.py",
            "epoch_iterators[index] = None  # no further",
            "epoch_iterators[:] = [None] * len(epoch_iterators)  # no further",

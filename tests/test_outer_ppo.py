@@ -574,6 +574,14 @@ def test_sigma_eff_refuses_an_lr_it_would_ignore():
                                        "set")
 
 
+def test_a_target_kl_the_full_batch_inner_loop_would_ignore_is_refused():
+    with pytest.raises(ConfigError) as error:
+        validate_config(make_config("algo=outer_ppo", "env=HalfCheetah", "algo.target_kl=0.01"))
+    assert str(error.value) == ("algo.target_kl must be null with algo.inner_loop=full_batch (got 0.01): it stops PPO's "
+                                "epochs, and the full-batch inner loop runs none (algo.inner_loop=ppo does)")
+    validate_config(make_config("algo=outer_ppo", "env=HalfCheetah", "algo.target_kl=0.01", "algo.inner_loop=ppo"))
+
+
 @pytest.mark.parametrize("tune, env", [("mujoco_1m", "HalfCheetah"), ("classic_pruned", "CartPole")])
 def test_the_named_presets_pruned_search_covers_sigma_eff_from_0_1_to_3(tune, env):
     from benchmarks.tuning import distribution, tune_config

@@ -162,12 +162,16 @@ def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone
         torch.manual_seed(seed)
         return ALGORITHMS[cfg.algo.algorithm](17, 6, False, cfg.algo, 10)
 
-    def first_update_steps(algorithm: PPO, stream: int, rollout) -> tuple[list[float], list[int]]:
-        """approx_kl of each step and the number of minibatches of each epoch, of one eager update."""
+    def recorded(algorithm: PPO) -> tuple[list[float], list[int]]:
+        """Lists filled as the algorithm's eager updates run: approx_kl of each step, minibatches of each epoch."""
         kls, epochs = [], []
         step, cut = algorithm.minibatch_step, algorithm.epoch_minibatches
         algorithm.minibatch_step = lambda *args: (stats := step(*args), kls.append(float(stats["approx_kl"])))[0]
         algorithm.epoch_minibatches = lambda *args: (pieces := cut(*args), epochs.append(len(pieces)))[0]
+        return kls, epochs
+
+    def first_update_steps(algorithm: PPO, stream: int, rollout) -> tuple[list[float], list[int]]:
+        kls, epochs = recorded(algorithm)
         seeded(stream)
         algorithm.update(rollout, 1)
         return kls, epochs
@@ -193,9 +197,14 @@ def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone
         members.append(member)
         seeded(100 + seed)
         randoms.append(RandomState())  # the population's streams of the seed, where its update alone starts
+        kls, epochs = recorded(alone[seed])
         seeded(100 + seed)
         expected[seed] = [alone[seed].update(rollout, iteration) for iteration, rollout in
                           enumerate(rollouts[seed], start=1)]
+        # every stop decision of the three updates stands clear of float rounding, so that the population's KLs,
+        # equal to rounding, decide alike (on another CPU too)
+        epoch_ends = [kls[sum(epochs[:e + 1]) - 1] for e in range(len(epochs))]
+        assert min(abs(kl / target - 1) for kl in epoch_ends) > 1e-3, (seed, epoch_ends, target)
     population = PopulationBatch(members, randoms)
     got = [population.update([rollouts[1][i], rollouts[2][i]], i + 1, [True, True]) for i in range(3)]
     for index, seed in enumerate((1, 2)):
