@@ -143,8 +143,10 @@ def test_a_population_of_one_takes_the_eager_torch_update(algo, eager):
 # epoch starts; Outer-PPO: PPO's epochs between its own steps
 def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone(algo, eager):
     """PPO's target-KL stop (PPO.run_epochs) is each seed's own in a population: two seeds whose first epoch ends
-    at different approx KLs, the target between them, so that one stops after its first epoch and the other
-    trains on; each takes the three updates it takes alone (its steps, its draws, its statistics)."""
+    at different approx KLs (seed 2 steps at 10 x the lr), the target between them, so that one stops after its
+    first epoch and the other trains on; each takes the three updates it takes alone (its steps, its draws, its
+    statistics). Seed 1's episodes end later in its rollouts, so that HP3O's seed 1 draws larger hybrid batches:
+    the seed that stops has fewer minibatches in its epoch than the other, whose last one is not its own."""
     import copy
     import random
 
@@ -157,10 +159,19 @@ def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone
         torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)
 
     def build(seed: int, target_kl) -> PPO:
-        cfg = compose_config([f"algo={algo}", "env=HalfCheetah", "algo.backend=torch", "algo.update_epochs=4",
-                              "algo.num_minibatches=4", f"algo.target_kl={target_kl}"])
+        overrides = [f"algo={algo}", "env=HalfCheetah", "algo.backend=torch", "algo.update_epochs=4",
+                     "algo.num_minibatches=4", f"algo.target_kl={target_kl}"]
+        cfg = compose_config(overrides)
+        if seed == 2:
+            cfg = compose_config([*overrides, f"algo.lr={10 * cfg.algo.lr}"])
         torch.manual_seed(seed)
         return ALGORITHMS[cfg.algo.algorithm](17, 6, False, cfg.algo, 10)
+
+    def rollout(seed: int, index: int):
+        made = synthetic_rollout(build(seed, "null"), 17, num_steps=200, num_envs=2, seed=10 * seed + index)
+        if seed == 1:  # its episodes end at row 180, not 100
+            made.terminated[100], made.terminated[180] = False, True
+        return made
 
     def recorded(algorithm: PPO) -> tuple[list[float], list[int]]:
         """Lists filled as the algorithm's eager updates run: approx_kl of each step, minibatches of each epoch."""
@@ -176,16 +187,17 @@ def test_each_seed_of_a_population_ends_its_epochs_at_target_kl_as_it_does_alone
         algorithm.update(rollout, 1)
         return kls, epochs
 
-    rollouts = {seed: [synthetic_rollout(build(seed, "null"), 17, num_steps=200, num_envs=2, seed=10 * seed + i)
-                       for i in range(3)] for seed in (1, 2)}
-    ends = {}  # each seed's approx KL after its first epoch, with no target
+    rollouts = {seed: [rollout(seed, i) for i in range(3)] for seed in (1, 2)}
+    ends, first_epoch = {}, {}  # each seed's approx KL after its first epoch with no target, and its minibatches
     for seed in (1, 2):
         kls, epochs = first_update_steps(build(seed, "null"), 100 + seed, rollouts[seed][0])
-        ends[seed] = kls[epochs[0] - 1]
+        ends[seed], first_epoch[seed] = kls[epochs[0] - 1], epochs[0]
     low, high = sorted(ends.values())
     assert high > 1.02 * low  # a target between them stands far above float rounding (1e-5)
     target = math.sqrt(low * high)
     stops, goes_on = (seed for seed in sorted(ends, key=ends.get, reverse=True))
+    if algo == "hp3o":
+        assert first_epoch[stops] < first_epoch[goes_on]
     assert len(first_update_steps(build(stops, target), 100 + stops, rollouts[stops][0])[1]) == 1
     assert len(first_update_steps(build(goes_on, target), 100 + goes_on, rollouts[goes_on][0])[1]) > 1
 
