@@ -4,7 +4,9 @@
     python -m benchmarks.verdict --algo ppo_kl --tune classic_pruned --suite classic_10seeds -- hydra/launcher=submitit_slurm ...
 
 1. its study, at the family's tuning budget (conf/tune/<tune>.yaml: the same tasks, seeds, trials or env-step
-   budget and pruner every preset's study has), on top of the family's tuned PPO core;
+   budget and pruner every preset's study has), on top of the family's tuned PPO core; `--tune none` makes no
+   study (a family no round tunes, such as the token tasks): the preset runs on its own values, and the verdict
+   says it is untuned;
 2. its final evaluation on the suite's fresh seeds and tasks (conf/experiment/<suite>.yaml), with the study's
    best values given as overrides (conf/ is not edited; `python -m benchmarks.tuning apply` makes them the
    family's default), and PPO's runs of the same suite (complete ones, committed or not, are skipped);
@@ -97,6 +99,16 @@ def families(tasks: list[str]) -> set[str]:
     return {compose_config([f"env={task}"]).env.family for task in tasks}
 
 
+def tuning_round(text: str) -> str:
+    """argparse type of --tune: a conf/tune/<name>.yaml, or none (no study)."""
+    if text == "none":
+        return text
+    try:
+        return conf_name("tune")(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error}, or none (no study)") from None
+
+
 def same_family_or_error(tune: str, suite: str, suite_args: list[str]) -> str | None:
     """A study's values are for the family it was tuned on: None when the suite evaluates tasks of that family,
     else the one line that says why not."""
@@ -106,7 +118,7 @@ def same_family_or_error(tune: str, suite: str, suite_args: list[str]) -> str | 
         return None
     return (f"--tune {tune} tunes on {', '.join(tuned_on)} ({', '.join(sorted(tuned_families))}) but --suite {suite} "
             f"evaluates {', '.join(evaluated)} ({', '.join(sorted(evaluated_families))}): pick the tuning round "
-            f"of the suite's family")
+            f"of the suite's family, or --tune none (no study: the preset's own values)")
 
 
 def search_space_or_error(tune: str, algo: str, study_args: list[str]) -> str | None:
@@ -150,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", required=True, type=conf_name("algo"), help="the preset (conf/algo/<algo>.yaml)")
-    parser.add_argument("--tune", required=True, type=conf_name("tune"),
-                        help="the family's tuning round (conf/tune/<tune>.yaml)")
+    parser.add_argument("--tune", required=True, type=tuning_round,
+                        help="the family's tuning round (conf/tune/<tune>.yaml), or none: no study")
     parser.add_argument("--suite", required=True, type=conf_name("experiment"),
                         help="the final evaluation (conf/experiment/<suite>.yaml)")
     parser.add_argument("--study-args", default="", help="overrides for the study's run.py call only (quoted)")
@@ -163,10 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict "
                      "compares against; give a variant")
     study_args, suite_args = [*shlex.split(args.study_args), *common], [*shlex.split(args.suite_args), *common]
-    for problem in (same_family_or_error(args.tune, args.suite, suite_args),
-                    search_space_or_error(args.tune, args.algo, study_args)):
-        if problem:
-            parser.error(problem)
+    if args.tune != "none":
+        for problem in (same_family_or_error(args.tune, args.suite, suite_args),
+                        search_space_or_error(args.tune, args.algo, study_args)):
+            if problem:
+                parser.error(problem)
     # The candidate's runs go to the verdict's own directory (a suite's directory holds what its experiment command
     # makes); PPO's are the suite's own (complete ones, committed or not, are skipped). Checked before the hours of
     # the study: a directory that cannot be made would only fail at the end.
@@ -179,10 +192,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"argument --out: {out} is not writable")
     python = [sys.executable, str(PROJECT_ROOT / "run.py")]
 
-    print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)
-    run([*python, "-m", "hydra/sweeper=tune", f"+tune={args.tune}", f"algo={args.algo}", *study_args])
-    values = best_overrides(args.tune, args.algo, study_args)
-    print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
+    if args.tune == "none":
+        print(f"== 1/3: no study (--tune none): {args.algo} runs on its own values", flush=True)
+        values = []
+    else:
+        print(f"== 1/3: the study of {args.algo} (conf/tune/{args.tune}.yaml)", flush=True)
+        run([*python, "-m", "hydra/sweeper=tune", f"+tune={args.tune}", f"algo={args.algo}", *study_args])
+        values = best_overrides(args.tune, args.algo, study_args)
+        print(f"best values: {' '.join(values) or '(none searched)'}", flush=True)
 
     root = suite_dir(args.suite, suite_args)
     print(f"== 2/3: the final evaluation (conf/experiment/{args.suite}.yaml): {args.algo} into {out / 'runs'}, "
@@ -202,9 +219,12 @@ def main(argv: list[str] | None = None) -> None:
 
     figures = plot_versus_ppo(runs, f"{args.algo}_{args.suite}", out)
     command = shlex.join(["python", "-m", "benchmarks.verdict", *argv, *(["--", *common] if common else [])])
-    text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: the study of conf/tune/{args.tune}.yaml, the final "
-            f"evaluation of conf/experiment/{args.suite}.yaml, with the study's best values "
-            f"{' '.join(f'`{v}`' for v in values) or '(none)'}. P(...) is rliable's probability of improvement over "
+    evaluated = (f"no study (`--tune none`), the final evaluation of conf/experiment/{args.suite}.yaml on the "
+                 f"preset's own values" if args.tune == "none" else
+                 f"the study of conf/tune/{args.tune}.yaml, the final evaluation of conf/experiment/{args.suite}.yaml "
+                 f"with the study's best values {' '.join(f'`{v}`' for v in values) or '(none)'}")
+    text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: {evaluated}. P(...) is rliable's probability of "
+            f"improvement over "
             f"tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
             + table.drop(columns=["tuning"]).to_markdown(index=False, floatfmt=".3f")
             + f"\n\nTuning: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")

@@ -52,7 +52,7 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     (["--algo", "ppo_kl", "--tune", "mujoco_1m", "--suite", "classic_10seeds"],
      "--tune mujoco_1m tunes on HalfCheetah, Hopper (mujoco) but --suite classic_10seeds evaluates CartPole, "
      "Pendulum, Acrobot, MountainCarContinuous (classic, classic_continuous): pick the tuning round of the suite's "
-     "family"),
+     "family, or --tune none (no study: the preset's own values)"),
     (["--algo", "ppo", "--tune", "classic_pruned", "--suite", "classic_10seeds"],
      "--algo ppo is the baseline: PPO's study and its final runs in the suite are what every verdict compares "
      "against; give a variant"),
@@ -123,3 +123,30 @@ def test_the_best_values_are_read_from_the_projects_study_whatever_the_current_d
     monkeypatch.chdir(tmp_path)
     values = best_overrides("classic", "ppo_kl", [])
     assert [value.split("=")[0] for value in values] == ["algo.kl_target", "algo.kl_beta_init"]
+
+
+def test_a_verdict_without_a_study_runs_its_final_evaluation_on_the_presets_own_values(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """--tune none (a family no tuning round tunes, such as the token tasks): no study step, the candidate's final
+    runs on its preset's values, then the same comparison - here on the committed runs of ppo_kl's classic verdict,
+    the steps recorded instead of run: its numbers are that verdict's."""
+    from benchmarks import verdict
+    from benchmarks.tuning import PROJECT_ROOT
+
+    commands = []
+    monkeypatch.setattr(verdict, "run", commands.append)
+    stored = PROJECT_ROOT / "results" / "verdicts" / "ppo_kl_classic_10seeds"
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "runs").symlink_to(stored / "runs")
+    verdict.main(["--algo", "ppo_kl", "--tune", "none", "--suite", "classic_10seeds", "--out", str(tmp_path / "out")])
+    assert [command[2:] for command in commands] == [
+        ["-m", "+experiment=classic_10seeds", "algo=ppo_kl", f"hydra.sweep.dir={tmp_path / 'out' / 'runs'}"],
+        ["-m", "+experiment=classic_10seeds", "algo=ppo"]]  # no study, no study values
+    assert "== 1/3: no study (--tune none): ppo_kl runs on its own values" in capsys.readouterr().out
+    text = (tmp_path / "out" / "verdict.md").read_text()
+    assert text.startswith(f"# Does ppo_kl beat PPO?\n\nMade by `python -m benchmarks.verdict --algo ppo_kl --tune none "
+                           f"--suite classic_10seeds --out {tmp_path / 'out'}`: no study (`--tune none`), the final "
+                           f"evaluation of conf/experiment/classic_10seeds.yaml on the preset's own values. ")
+    numbers = ["group", "metric", "tasks", "seeds", "value", "ci_low", "ci_high", "verdict"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "verdict.csv")[numbers],
+                                  pd.read_csv(stored / "verdict.csv")[numbers])
