@@ -61,8 +61,9 @@ def run(command: list[str]) -> None:
               f"their iteration after it ends)", file=sys.stderr)
         sys.exit(130)
     if returncode != 0:
-        raise SystemExit(f"error: step failed (exit {returncode}): {' '.join(command)}; rerun this command "
-                         f"to resume it")
+        raise SystemExit(f"error: step failed (exit {returncode}): {' '.join(command)}; its output above says why: "
+                         f"a refused config needs other arguments, anything else resumes where it stopped when this "
+                         f"command is rerun")
 
 
 def best_overrides(tune: str, algo: str, study_args: list[str]) -> list[str]:

@@ -150,3 +150,14 @@ def test_a_verdict_without_a_study_runs_its_final_evaluation_on_the_presets_own_
     numbers = ["group", "metric", "tasks", "seeds", "value", "ci_low", "ci_high", "verdict"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "verdict.csv")[numbers],
                                   pd.read_csv(stored / "verdict.csv")[numbers])
+
+
+def test_a_failed_step_stops_the_verdict_naming_the_step_and_what_to_do():
+    from benchmarks.verdict import run
+
+    step = [sys.executable, "-c", "raise SystemExit(3)"]
+    with pytest.raises(SystemExit) as stopped:
+        run(step)
+    assert stopped.value.code == (f"error: step failed (exit 3): {' '.join(step)}; its output above says why: a "
+                                  f"refused config needs other arguments, anything else resumes where it stopped when "
+                                  f"this command is rerun")
