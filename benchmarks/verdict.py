@@ -225,8 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"the study of conf/tune/{args.tune}.yaml, the final evaluation of conf/experiment/{args.suite}.yaml "
                  f"with the study's best values {' '.join(f'`{v}`' for v in values) or '(none)'}")
     text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: {evaluated}. P(...) is rliable's probability of "
-            f"improvement over "
-            f"tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
+            f"improvement over tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
             + table.drop(columns=["tuning"]).to_markdown(index=False, floatfmt=".3f")
             + f"\n\nTuning: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")
     (out / "verdict.md").write_text(text)
