@@ -391,3 +391,31 @@ def test_a_resumed_trial_reports_each_rung_once(recwarn):
     assert tuner.judge_at_rung(trial, 1000) and tuner.judge_at_rung(trial, 1000)
     assert tuner.study.trials[trial.number].intermediate_values == {1000: 0.5}
     assert not [w for w in recwarn if "already reported" in str(w.message)]
+
+
+def test_every_committed_study_table_regenerates_byte_for_byte_and_names_the_committed_figures(tmp_path, monkeypatch):
+    """`python -m benchmarks.tuning report --tune <round>` on each committed study database gives the committed
+    results/tuning/<round>.md to the byte, and the sensitivity figures committed beside it, no more and no fewer:
+    one drawn (its pixels depend on the fonts installed: not compared), the others named."""
+    monkeypatch.chdir(ROOT)  # the rounds' storage paths are relative to the repository's root
+    committed = ROOT / "results" / "tuning"
+    rounds = sorted(path.stem for path in committed.glob("*.db"))
+    assert {"classic_pruned", "mujoco_1m"} <= set(rounds)
+
+    def round_of(figure: str) -> str:  # classic_pruned_ppo_sensitivity.png is classic_pruned's, not classic's
+        return max((name for name in rounds if figure.startswith(f"{name}_")), key=len)
+
+    draw, drawn = tuning.sensitivity_figure, []
+
+    def draw_the_first(tune, row, complete, space, out):
+        if drawn:
+            (out / f"{tune}_{row['preset']}_sensitivity.png").touch()
+        else:
+            drawn.append(draw(tune, row, complete, space, out))
+
+    monkeypatch.setattr(tuning, "sensitivity_figure", draw_the_first)
+    for name in rounds:
+        tuning.main(["report", "--tune", name, "--out", str(tmp_path / name)])
+        assert (tmp_path / name / f"{name}.md").read_bytes() == (committed / f"{name}.md").read_bytes(), name
+        figures = sorted(path.name for path in committed.glob("*_sensitivity.png") if round_of(path.name) == name)
+        assert figures and sorted(path.name for path in (tmp_path / name).glob("*.png")) == figures, name
