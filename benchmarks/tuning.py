@@ -116,6 +116,49 @@ def distribution(key: str, spec: dict):
     raise ValueError(f"search space entry {key}: give low/high (float; int: true for integers) or choices, got {spec}")
 
 
+def search_space_problems(name: str, search_space: dict, config: DictConfig) -> list[str]:
+    """Why a study cannot search this space for this config, one line per entry (`name`: where the space is given,
+    hydra.sweeper.search_spaces.<preset>), before a study is stored or a trial trains: an entry that is not one of
+    distribution()'s forms, or whose bounds Optuna refuses (low above high; log with low <= 0); a key the run's
+    config does not hold (its trials would fail or train as the untuned preset); a value under env.hparams or
+    env.tuned that no key of the preset reads: such values reach a run only through the preset's interpolations
+    (algo.lr: ${env.hparams.lr}), so a value typed over the key that reads it (algo.lr=0.01 on the command line)
+    would leave every trial training the typed value while the study believes it searched."""
+    import copy
+
+    problems, algo = [], OmegaConf.to_container(config.algo, resolve=True)
+    for key, spec in search_space.items():
+        where = f"{name}.{key}"
+        if not isinstance(spec, dict):
+            problems.append(f"{where}: give {{low: .., high: ..}} (with log: true or int: true) or {{choices: [..]}}, "
+                            f"got {spec!r}")
+            continue
+        try:
+            distribution(key, spec)
+        except (ValueError, TypeError) as error:
+            problems.append(f"{where}: {str(error).removeprefix(f'search space entry {key}: ')}")
+            continue
+        absent = object()
+        value = OmegaConf.select(config, key, default=absent)
+        if value is absent:
+            problems.append(f"{where}: the run's config has no key {key}")
+            continue
+        if key.split(".")[:2] not in (["env", "hparams"], ["env", "tuned"]):
+            continue  # a key the run reads itself (algo.*, env.*)
+        probe = copy.deepcopy(config)
+        OmegaConf.update(probe, key, (not value) if isinstance(value, bool) else value + 1
+                         if isinstance(value, (int, float)) else f"{value}_", merge=False)
+        try:
+            read = OmegaConf.to_container(probe.algo, resolve=True) != algo
+        except Exception:  # a resolver that cannot take the probe: it reads the key
+            read = True
+        if not read:
+            problems.append(f"{where}: no key of algo={config.algo.name} reads {key}: a value typed over the key that "
+                            f"reads it (algo.lr=... over env.hparams.lr) would train every trial on the typed value; "
+                            f"drop that override, or search the algo key itself")
+    return problems
+
+
 def within(dist, value) -> bool:
     import optuna
 

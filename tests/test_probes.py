@@ -153,6 +153,13 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
         "conf/tune/<round>.yaml, or give it as an override, e.g. "
         "'+hydra.sweeper.search_spaces.ppo_kl={algo.ent_coef:{low:0.0,high:0.02}}' ({}: nothing searched, the study "
         "trains the values so far once)")
+    pinned = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo", "algo.lr=0.01",
+                    f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert pinned.returncode == 1 and not (tmp_path / "study.db").exists()
+    assert pinned.stderr.strip().splitlines()[-1] == (
+        "config error: hydra.sweeper.search_spaces.ppo.env.hparams.lr: no key of algo=ppo reads env.hparams.lr: a "
+        "value typed over the key that reads it (algo.lr=... over env.hparams.lr) would train every trial on the "
+        "typed value; drop that override, or search the algo key itself")
 
 
 def test_reproduce_says_a_native_run_from_another_cpu_cannot_be_confirmed_here(tmp_path):

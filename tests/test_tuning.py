@@ -419,3 +419,28 @@ def test_every_committed_study_table_regenerates_byte_for_byte_and_names_the_com
         assert (tmp_path / name / f"{name}.md").read_bytes() == (committed / f"{name}.md").read_bytes(), name
         figures = sorted(path.name for path in committed.glob("*_sensitivity.png") if round_of(path.name) == name)
         assert figures and sorted(path.name for path in (tmp_path / name).glob("*.png")) == figures, name
+
+
+def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_config):
+    """Each entry a study could not search, one line naming it: not a range, bounds Optuna refuses, a key the
+    config lacks, and a searched env.hparams value that a key typed on the command line stops the preset reading."""
+    config = make_config(["algo=ppo", "env=CartPole", "algo.gae_lambda=0.9"])
+    space = {"algo.ent_coef": [0.0, 0.01], "algo.clip_coef": {"low": 0.3, "high": 0.1},
+             "algo.vf_coef": {"low": 0.0, "high": 1.0, "log": True}, "algo.gamma": {"low": 0.9, "high": "abc"},
+             "algo.lrr": {"low": 1e-4, "high": 1e-2}, "env.hparams.gae_lambda": {"low": 0.8, "high": 0.99},
+             "env.hparams.lr": {"low": 1e-4, "high": 1e-2, "log": True}, "algo.max_grad_norm": {"choices": [0.5, 1]},
+             "env.hparams.update_epochs": {"low": 1, "high": 20, "int": True}}
+    assert tuning.search_space_problems("spaces.ppo", space, config) == [
+        "spaces.ppo.algo.ent_coef: give {low: .., high: ..} (with log: true or int: true) or {choices: [..]}, got "
+        "[0.0, 0.01]",
+        "spaces.ppo.algo.clip_coef: `low <= high` must hold, but got (low=0.3, high=0.1).",
+        "spaces.ppo.algo.vf_coef: `low > 0` must hold for `log=True`, but got (low=0.0, high=1.0).",
+        "spaces.ppo.algo.gamma: could not convert string to float: 'abc'",
+        "spaces.ppo.algo.lrr: the run's config has no key algo.lrr",
+        "spaces.ppo.env.hparams.gae_lambda: no key of algo=ppo reads env.hparams.gae_lambda: a value typed over the "
+        "key that reads it (algo.lr=... over env.hparams.lr) would train every trial on the typed value; drop that "
+        "override, or search the algo key itself"]
+    # keys read through env.tuned, in a list (outer optimizer's betas) and by oc.select (a key the round adds)
+    outer = make_config(["hydra/sweeper=tune", "+tune=classic_pruned", "algo=outer_ppo", "env=CartPole"])
+    assert tuning.search_space_problems("s", {"env.tuned.outer_ppo.beta1": {"low": 0.0, "high": 0.99},
+                                              "env.tuned.outer_ppo.beta2": {"low": 0.9, "high": 0.9999}}, outer) == []

@@ -307,10 +307,15 @@ def test_every_job_of_every_experiment_composes_and_passes_validation(experiment
 @pytest.mark.parametrize("tune", sorted(p.stem for p in (ROOT / "conf" / "tune").glob("*.yaml")))
 def test_every_preset_a_study_can_search_composes_and_passes_validation(tune, make_config):
     """A study's trials are configs too: every preset with a search space in conf/tune/<tune>.yaml passes (a
-    backend pinned there that cannot run a preset's loss would refuse every trial)."""
-    from benchmarks.tuning import tune_config
+    backend pinned there that cannot run a preset's loss would refuse every trial), and so does its space (every
+    key there, read by the preset)."""
+    from benchmarks.tuning import search_space_problems, tune_config
 
-    presets = [name for name in tune_config(tune)["hydra"]["sweeper"]["search_spaces"] if name in ALGOS]
+    spaces = tune_config(tune)["hydra"]["sweeper"]["search_spaces"]
+    presets = [name for name in spaces if name in ALGOS]
     assert presets
     for algo in presets:
-        validate_config(make_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}"]))
+        config = make_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}"])
+        validate_config(config)
+        space = {key: spec for key, spec in spaces[algo].items() if spec is not None}
+        assert search_space_problems(algo, space, config) == [], algo

@@ -49,7 +49,7 @@ class TuneSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> None:
-        from benchmarks.tuning import TuningStudy
+        from benchmarks.tuning import TuningStudy, search_space_problems
 
         parsed = OverridesParser.create().parse_overrides(arguments)
         swept = [o.input_line for o in parsed if o.is_sweep_override()]
@@ -65,8 +65,14 @@ class TuneSweeper(Sweeper):
                              f"conf/tune/<round>.yaml, or give it as an override, e.g. "
                              f"'+hydra.sweeper.search_spaces.{preset}={{algo.ent_coef:{{low:0.0,high:0.02}}}}' "
                              f"({{}}: nothing searched, the study trains the values so far once)")
+        if not isinstance(self.search_spaces[space_name], dict):
+            raise SystemExit(f"config error: hydra.sweeper.search_spaces.{space_name} must map keys to their ranges, "
+                             f"e.g. {{algo.ent_coef:{{low:0.0,high:0.02}}}}, got {self.search_spaces[space_name]!r}")
         # A key set to null is not searched (a round that extends another drops a key of its space this way).
         space = {key: spec for key, spec in self.search_spaces[space_name].items() if spec is not None}
+        problems = search_space_problems(f"hydra.sweeper.search_spaces.{space_name}", space, self.config)
+        if problems:
+            raise SystemExit("\n".join(f"config error: {problem}" for problem in problems))
         study = TuningStudy(config=self.config, search_space=space,
                             sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
         job_index = 0
