@@ -144,19 +144,21 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
     assert storage.stderr.strip().splitlines()[-1] == ("config error: hydra.sweeper.storage=sqlite:////proc/nope/x.db: "
                                                        "cannot write the study database there (No such file or "
                                                        "directory)")
-    unsearched = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo_kl", "~hydra.sweeper.search_spaces.ppo_kl",
-                        f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/sweep")
-    assert unsearched.returncode == 1 and not (tmp_path / "study.db").exists()
-    assert unsearched.stderr.strip().splitlines()[-1] == (
+
+    def refused_study(*overrides: str) -> str:
+        """The last line of a tuning command refused before its study is stored."""
+        refused = run_py("-m", "hydra/sweeper=tune", "+tune=classic", *overrides,
+                         f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/sweep")
+        assert refused.returncode == 1 and not (tmp_path / "study.db").exists()
+        return refused.stderr.strip().splitlines()[-1]
+
+    assert refused_study("algo=ppo_kl", "~hydra.sweeper.search_spaces.ppo_kl") == (
         "config error: no search space for algo=ppo_kl in hydra.sweeper.search_spaces (have: hp3o, hp3o_plus, "
         "outer_ppo, outer_ppo_biased, outer_ppo_lr, outer_ppo_nesterov, ppo): add one in the round's "
         "conf/tune/<round>.yaml, or give it as an override, e.g. "
         "'+hydra.sweeper.search_spaces.ppo_kl={algo.ent_coef:{low:0.0,high:0.02}}' ({}: nothing searched, the study "
         "trains the values so far once)")
-    pinned = run_py("-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo", "algo.lr=0.01",
-                    f"hydra.sweeper.storage=sqlite:///{tmp_path}/study.db", f"hydra.sweep.dir={tmp_path}/sweep")
-    assert pinned.returncode == 1 and not (tmp_path / "study.db").exists()
-    assert pinned.stderr.strip().splitlines()[-1] == (
+    assert refused_study("algo=ppo", "algo.lr=0.01") == (
         "config error: hydra.sweeper.search_spaces.ppo.env.hparams.lr: no key of algo=ppo reads env.hparams.lr: a "
         "value typed over the key that reads it (algo.lr=... over env.hparams.lr) would train every trial on the "
         "typed value; drop that override, or search the algo key itself")
