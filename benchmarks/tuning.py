@@ -537,11 +537,25 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
     provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
                   f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
                   f"--tune {tune} --algo {algo})")
+    # every key checked before the file is touched: a refused apply leaves it as it was
+    lines, problems = path.read_text().splitlines(keepends=True), []
+    for key in best.params:
+        parts = key.split(".")
+        if parts[:2] not in (["env", "hparams"], ["env", "tuned"]):
+            problems.append(f"error: study {algo} searched {key}: a values file holds env.hparams and env.tuned values "
+                            f"only (what the presets read); pass it as {key}={override_value(best.params[key])}, or "
+                            f"write it into the preset")
+            continue
+        try:
+            find_key_line(lines, parts[1:])
+        except KeyError as error:
+            problems.append(f"error: {sweeper['values_file']} has {error.args[0]}: add it there (with the preset's "
+                            f"value so far) and apply again")
+    if problems:
+        raise SystemExit("\n".join(problems))
     blocks = set()
     for key, value in best.params.items():
         parts = key.split(".")
-        if parts[0] != "env" or parts[1] not in ("hparams", "tuned"):
-            raise ValueError(f"{key}: tuned values live under env.hparams or env.tuned, not elsewhere")
         set_yaml_value(path, ".".join(parts[1:]), value)
         blocks.add(".".join(parts[1:-1]))
     for block in sorted(blocks):

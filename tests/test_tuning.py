@@ -142,6 +142,28 @@ def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monk
     assert "    outer_lr: 0.02\n" in text and "  lr: 0.00075\n" in text
 
 
+def test_apply_refuses_values_a_values_file_cannot_hold_and_leaves_it_untouched(tmp_path, monkeypatch, capsys):
+    """A study of a space given on the command line may search an algo key, or a variant's env.tuned key the values
+    file lacks: apply says which, in one line each, before it writes anything (it wrote the keys before the first
+    it could not place, then ended in a traceback)."""
+    values = tmp_path / "values.yaml"
+    values.write_text("hparams:\n  lr: 0.001\n  ent_coef: 0.0\n")
+    storage = f"sqlite:///{tmp_path}/study.db"
+    params = {"env.hparams.lr": 5e-4, "algo.vf_coef": 0.75, "env.tuned.ppo_huber.delta": 2.0}
+    study = optuna.create_study(study_name="ppo_huber", storage=storage, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params=params, value=0.3, distributions={
+        key: optuna.distributions.FloatDistribution(0.0, 10.0) for key in params}))
+    monkeypatch.setattr(tuning, "tune_config", lambda tune: {"hydra": {"sweeper": {"storage": storage,
+                                                                                   "values_file": str(values)}}})
+    with pytest.raises(SystemExit) as refused:
+        tuning.main(["apply", "--tune", "classic", "--algo", "ppo_huber"])
+    assert str(refused.value) == (
+        "error: study ppo_huber searched algo.vf_coef: a values file holds env.hparams and env.tuned values only "
+        "(what the presets read); pass it as algo.vf_coef=0.75, or write it into the preset\n"
+        f"error: {values} has no key tuned: add it there (with the preset's value so far) and apply again")
+    assert values.read_text() == "hparams:\n  lr: 0.001\n  ent_coef: 0.0\n"
+
+
 def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path, monkeypatch):
     (tmp_path / "results" / "tuning").mkdir(parents=True)
     storage = f"sqlite:///{tmp_path}/results/tuning/mujoco.db"
