@@ -307,7 +307,7 @@ def is_recorded_failure(run_dir: Path) -> bool:
 
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
     """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
-    from benchmarks.engine.config import RETIRED_BACKENDS, numbers_relevant
+    from benchmarks.engine.config import RETIRED_BACKENDS, differing_keys, numbers_relevant
     from benchmarks.runs import read_summary
 
     summary = read_summary(run_dir)
@@ -320,9 +320,9 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         # (restart=true retrains it there)
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
     if stored != current:
-        changed = sorted(k for k in current.keys() | stored.keys() if current.get(k) != stored.get(k))
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
-              f"{', '.join(changed)}); choose another hydra.run.dir or delete it", file=sys.stderr)
+              f"{', '.join(differing_keys(stored, current))}); choose another hydra.run.dir or delete it",
+              file=sys.stderr)
         sys.exit(2)
     return summary
 

@@ -359,8 +359,10 @@ def test_a_checkpoint_of_the_retired_numpy_backend_is_refused_in_one_line(make_c
 def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
     train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
     (tmp_path / "summary.json").unlink()
-    with pytest.raises(CheckpointError, match="was written with a different config"):
-        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3"]), tmp_path)
+    with pytest.raises(CheckpointError) as refused:
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3", "seeds=[0]"]), tmp_path)
+    assert str(refused.value) == (f"{tmp_path / 'checkpoint.pt'} was written with a different config (differs in: "
+                                  f"algo.lr, seeds); choose another run directory or delete this one")
 
 
 @pytest.mark.parametrize("poison, message", [

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks import numerics
-from benchmarks.engine.config import RETIRED_BACKENDS, numbers_relevant
+from benchmarks.engine.config import RETIRED_BACKENDS, differing_keys, numbers_relevant
 from benchmarks.engine.logger import write_bytes_atomic
 
 
@@ -54,9 +54,12 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
             raise CheckpointError(f"{path} was written by the retired algo.backend={written_on} "
                                   f"({RETIRED_BACKENDS[written_on]}), which cannot resume it: rerun with "
                                   f"restart=true to train the run afresh")
-        if numbers_relevant(checkpoint["config"]) != numbers_relevant(OmegaConf.to_container(cfg, resolve=True)):
-            raise CheckpointError(f"{path} was written with a different config; choose another run directory "
-                                  f"or delete this one")
+        stored = numbers_relevant(checkpoint["config"])
+        current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))
+        if stored != current:
+            raise CheckpointError(f"{path} was written with a different config (differs in: "
+                                  f"{', '.join(differing_keys(stored, current))}); choose another run directory or "
+                                  f"delete this one")
         written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
         if written_in != numerics.base_mode(numerics.MODE):
             raise CheckpointError(f"{path} was written with {written_in} float kernels and this process has "

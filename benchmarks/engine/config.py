@@ -84,3 +84,18 @@ def numbers_relevant(config: dict) -> dict:
                      if k not in ("random_score", "reference_score", "hparams", "tuned")}
     return config
 
+
+def differing_keys(stored: dict, current: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs (a key one of them lacks included), sorted: what a
+    refusal to resume or to count a run as complete names (`algo.lr`, `seeds`)."""
+    keys = []
+    for key in sorted(stored.keys() | current.keys(), key=str):
+        a, b = stored.get(key), current.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += differing_keys(a, b, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
