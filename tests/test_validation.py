@@ -319,3 +319,9 @@ def test_every_preset_a_study_can_search_composes_and_passes_validation(tune, ma
         validate_config(config)
         space = {key: spec for key, spec in spaces[algo].items() if spec is not None}
         assert search_space_problems(algo, space, config) == [], algo
+
+
+def test_an_interpolation_that_cannot_resolve_is_one_line_naming_its_key(make_config):
+    with pytest.raises(ConfigError) as refused:
+        validate_config(make_config(["algo.lr=${env.hparams.nope}"]))
+    assert str(refused.value) == "config does not resolve: algo.lr: Interpolation key 'env.hparams.nope' not found"

@@ -239,8 +239,9 @@ def validate_config(cfg: DictConfig) -> None:
     """Raise ConfigError listing every invalid key, one line each."""
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as error:  # an interpolation that cannot resolve
-        raise ConfigError(f"config does not resolve: {error}") from None
+    except Exception as error:  # an interpolation that cannot resolve: OmegaConf's message and the key, one line
+        where, message = getattr(error, "full_key", None), str(error).splitlines()[0]  # then full_key, object_type
+        raise ConfigError(f"config does not resolve: {f'{where}: ' if where else ''}{message}") from None
     errors: list[str] = []
 
     kind = data.get("algo", {}).get("algorithm")
