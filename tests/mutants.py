@@ -181,6 +181,10 @@ MUTANTS = [
     Mutant("S07", "the regression check's minimum effect ignored", "benchmarks/regression.py",
            "threshold = -min_effect * abs(progress)", "threshold = 0.0",
            ("tests/test_regression_check.py::test_clear_drop_is_a_regression_and_noise_is_not",)),
+    Mutant("R01", "a checkpoint read without checking its payload's digest", "benchmarks/engine/checkpoint.py",
+           'if hashlib.sha256(stored["payload"]).hexdigest() != stored["sha256"]:',
+           'if False and hashlib.sha256(stored["payload"]).hexdigest() != stored["sha256"]:',
+           ("tests/test_resume.py::test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its_place",)),
 ]
 
 

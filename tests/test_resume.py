@@ -274,8 +274,19 @@ def truncated(data: bytes) -> bytes:
 
 
 def with_flipped_bytes(data: bytes) -> bytes:
-    middle = len(data) // 2  # inside the serialised payload: torch.load alone would read it without complaint
+    middle = len(data) // 2  # inside the file's pickle: torch.load fails on it
     return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 8]) + data[middle + 8:]
+
+
+def with_a_bit_flipped_in_its_payload(data: bytes) -> bytes:
+    """A flip the file's own format does not see (torch.load reads it, a weight changed): only the digest the
+    checkpoint keeps beside its payload catches it."""
+    stored = torch.load(io.BytesIO(data), weights_only=True)
+    payload = bytearray(stored["payload"])
+    payload[len(payload) // 2] ^= 0x01
+    buffer = io.BytesIO()
+    torch.save({"sha256": stored["sha256"], "payload": bytes(payload)}, buffer)
+    return buffer.getvalue()
 
 
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its_place(make_config, tmp_path,
@@ -284,7 +295,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its
     train(cfg, tmp_path / "reference")
     run = tmp_path / "run"
     train(cfg, run)
-    for damage in (truncated, with_flipped_bytes):
+    for damage in (truncated, with_flipped_bytes, with_a_bit_flipped_in_its_payload):
         # As if killed right after the last checkpoint was written, with the file then damaged.
         (run / "summary.json").unlink()
         newest = run / "checkpoint.pt"
@@ -293,6 +304,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_takes_its
         train(cfg, run)
         err = capfd.readouterr().err
         assert "checkpoint.pt is unreadable" in err and "resuming from checkpoint.prev.pt" in err, damage.__name__
+        if damage is with_a_bit_flipped_in_its_payload:
+            assert "(CheckpointDamaged: its bytes do not match their SHA-256 digest (damaged on disk))" in err
         assert_same_metrics(tmp_path / "reference", run)
         # the damaged file was set aside, so the fallback slot now holds a good checkpoint, not it
         assert (run / "checkpoint.pt.damaged").read_bytes() == damaged
