@@ -1,4 +1,5 @@
-"""Mutation check: small deliberate bugs in the learning code and the statistics, each of which a named test must catch.
+"""Mutation check: small deliberate bugs in the learning code, the statistics and the checkpoints, each caught by a
+named test.
 
     python tests/mutants.py            # every mutant
     python tests/mutants.py M04 S02    # some of them
