@@ -108,11 +108,10 @@ def distribution(key: str, spec: dict):
 
     if "choices" in spec:
         return optuna.distributions.CategoricalDistribution(list(spec["choices"]))
-    if spec.get("int", False):
-        return optuna.distributions.IntDistribution(int(spec["low"]), int(spec["high"]), log=spec.get("log", False))
     if "low" in spec and "high" in spec:
-        return optuna.distributions.FloatDistribution(float(spec["low"]), float(spec["high"]),
-                                                      log=spec.get("log", False))
+        kind, number = ((optuna.distributions.IntDistribution, int) if spec.get("int", False)
+                        else (optuna.distributions.FloatDistribution, float))
+        return kind(number(spec["low"]), number(spec["high"]), log=spec.get("log", False))
     raise ValueError(f"search space entry {key}: give low/high (float; int: true for integers) or choices, got {spec}")
 
 
@@ -123,10 +122,18 @@ def search_space_problems(name: str, search_space: dict, config: DictConfig) -> 
     config does not hold (its trials would fail or train as the untuned preset); a value under env.hparams or
     env.tuned that no key of the preset reads: such values reach a run only through the preset's interpolations
     (algo.lr: ${env.hparams.lr}), so a value typed over the key that reads it (algo.lr=0.01 on the command line)
-    would leave every trial training the typed value while the study believes it searched."""
+    would leave every trial training the typed value while the study believes it searched. What the config reads is
+    checked, not what the algorithm uses: a key it reads and a mode of the algorithm ignores (inner_epochs beside
+    inner_loop=ppo) passes."""
     import copy
 
-    problems, algo = [], OmegaConf.to_container(config.algo, resolve=True)
+    from benchmarks.engine.validate import unresolved
+
+    try:
+        algo = OmegaConf.to_container(config.algo, resolve=True)
+    except Exception as error:  # the trials could not run either: said as a run says it
+        return [unresolved(error)]
+    problems, probe_value = [], "__search_space_probe__"  # a value no config holds
     for key, spec in search_space.items():
         where = f"{name}.{key}"
         if not isinstance(spec, dict):
@@ -138,24 +145,26 @@ def search_space_problems(name: str, search_space: dict, config: DictConfig) -> 
         except (ValueError, TypeError) as error:
             problems.append(f"{where}: {str(error).removeprefix(f'search space entry {key}: ')}")
             continue
-        absent = object()
-        value = OmegaConf.select(config, key, default=absent)
-        if value is absent:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent, default=None, throw_on_resolution_failure=False) if parent else config
+        if not isinstance(node, DictConfig) or leaf not in node.keys():
             problems.append(f"{where}: the run's config has no key {key}")
+            continue
+        if OmegaConf.is_missing(node, leaf):
+            problems.append(f"{where}: {key} has no value (???) to start the study from")
             continue
         if key.split(".")[:2] not in (["env", "hparams"], ["env", "tuned"]):
             continue  # a key the run reads itself (algo.*, env.*)
         probe = copy.deepcopy(config)
-        OmegaConf.update(probe, key, (not value) if isinstance(value, bool) else value + 1
-                         if isinstance(value, (int, float)) else f"{value}_", merge=False)
+        OmegaConf.update(probe, key, probe_value, merge=False)
         try:
             read = OmegaConf.to_container(probe.algo, resolve=True) != algo
         except Exception:  # a resolver that cannot take the probe: it reads the key
             read = True
         if not read:
             problems.append(f"{where}: no key of algo={config.algo.name} reads {key}: a value typed over the key that "
-                            f"reads it (algo.lr=... over env.hparams.lr) would train every trial on the typed value; "
-                            f"drop that override, or search the algo key itself")
+                            f"read it (as algo.lr=... replaces algo.lr's ${{env.hparams.lr}}) would train every trial "
+                            f"on the typed value; drop that override, or search the algo key itself")
     return problems
 
 

@@ -160,8 +160,8 @@ def test_tuning_commands_name_what_does_not_exist(tmp_path):
         "trains the values so far once)")
     assert refused_study("algo=ppo", "algo.lr=0.01") == (
         "config error: hydra.sweeper.search_spaces.ppo.env.hparams.lr: no key of algo=ppo reads env.hparams.lr: a "
-        "value typed over the key that reads it (algo.lr=... over env.hparams.lr) would train every trial on the "
-        "typed value; drop that override, or search the algo key itself")
+        "value typed over the key that read it (as algo.lr=... replaces algo.lr's ${env.hparams.lr}) would train "
+        "every trial on the typed value; drop that override, or search the algo key itself")
 
 
 def test_reproduce_says_a_native_run_from_another_cpu_cannot_be_confirmed_here(tmp_path):

@@ -378,6 +378,15 @@ def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
                                   f"algo.lr, seeds); choose another run directory or delete this one")
 
 
+def test_the_keys_two_configs_differ_in_are_named_dotted_a_missing_key_included():
+    from benchmarks.engine.config import differing_keys
+
+    stored = {"algo": {"lr": 1e-3, "clip": 0.2, "extra": None}, "seeds": [0, 1], "seed": 0}
+    current = {"algo": {"lr": 2e-3, "clip": 0.2}, "seeds": [0, 1, 2], "seed": 0, "new": None}
+    assert differing_keys(stored, current) == ["algo.extra", "algo.lr", "new", "seeds"]
+    assert differing_keys(stored, stored) == []
+
+
 @pytest.mark.parametrize("poison, message", [
     ("parameter", r"non-finite parameter actor\.layers\.0\.weight at iteration 3 \(1536 env steps\); "
                   r"the last good checkpoint is kept"),

@@ -451,7 +451,8 @@ def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_c
              "algo.vf_coef": {"low": 0.0, "high": 1.0, "log": True}, "algo.gamma": {"low": 0.9, "high": "abc"},
              "algo.lrr": {"low": 1e-4, "high": 1e-2}, "env.hparams.gae_lambda": {"low": 0.8, "high": 0.99},
              "env.hparams.lr": {"low": 1e-4, "high": 1e-2, "log": True}, "algo.max_grad_norm": {"choices": [0.5, 1]},
-             "env.hparams.update_epochs": {"low": 1, "high": 20, "int": True}}
+             "env.hparams.update_epochs": {"low": 1, "high": 20, "int": True},
+             "algo.num_minibatches": {"int": True, "low": 8}}
     assert tuning.search_space_problems("spaces.ppo", space, config) == [
         "spaces.ppo.algo.ent_coef: give {low: .., high: ..} (with log: true or int: true) or {choices: [..]}, got "
         "[0.0, 0.01]",
@@ -460,9 +461,17 @@ def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_c
         "spaces.ppo.algo.gamma: could not convert string to float: 'abc'",
         "spaces.ppo.algo.lrr: the run's config has no key algo.lrr",
         "spaces.ppo.env.hparams.gae_lambda: no key of algo=ppo reads env.hparams.gae_lambda: a value typed over the "
-        "key that reads it (algo.lr=... over env.hparams.lr) would train every trial on the typed value; drop that "
-        "override, or search the algo key itself"]
+        "key that read it (as algo.lr=... replaces algo.lr's ${env.hparams.lr}) would train every trial on the typed "
+        "value; drop that override, or search the algo key itself",
+        "spaces.ppo.algo.num_minibatches: give low/high (float; int: true for integers) or choices, got {'int': True, "
+        "'low': 8}"]
     # keys read through env.tuned, in a list (outer optimizer's betas) and by oc.select (a key the round adds)
     outer = make_config(["hydra/sweeper=tune", "+tune=classic_pruned", "algo=outer_ppo", "env=CartPole"])
     assert tuning.search_space_problems("s", {"env.tuned.outer_ppo.beta1": {"low": 0.0, "high": 0.99},
                                               "env.tuned.outer_ppo.beta2": {"low": 0.9, "high": 0.9999}}, outer) == []
+    # a value the probe cannot change by adding to it (infinite) is read all the same
+    unclipped = make_config(["algo=ppo", "env=CartPole", "env.hparams.ent_coef=.inf"])
+    assert tuning.search_space_problems("s", {"env.hparams.ent_coef": {"low": 0.0, "high": 0.1}}, unclipped) == []
+    broken = make_config(["algo=ppo", "env=CartPole", "algo.lr=${env.hparams.nope}"])  # as a run says it
+    assert tuning.search_space_problems("s", {}, broken) == [
+        "config does not resolve: algo.lr: Interpolation key 'env.hparams.nope' not found"]

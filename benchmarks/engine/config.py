@@ -88,9 +88,9 @@ def numbers_relevant(config: dict) -> dict:
 def differing_keys(stored: dict, current: dict, prefix: str = "") -> list[str]:
     """The dotted keys whose values differ between two configs (a key one of them lacks included), sorted: what a
     refusal to resume or to count a run as complete names (`algo.lr`, `seeds`)."""
-    keys = []
+    keys, lacking = [], object()  # a key one side lacks differs from the other's, None included
     for key in sorted(stored.keys() | current.keys(), key=str):
-        a, b = stored.get(key), current.get(key)
+        a, b = stored.get(key, lacking), current.get(key, lacking)
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):

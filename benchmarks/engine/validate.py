@@ -235,13 +235,19 @@ def get_dotted(container: dict, dotted: str):
     return node
 
 
+def unresolved(error: Exception) -> str:
+    """An interpolation that cannot resolve, in one line: OmegaConf's message and the key (its message goes on with
+    full_key and object_type lines)."""
+    where, message = getattr(error, "full_key", None), (str(error).splitlines() or [type(error).__name__])[0]
+    return f"config does not resolve: {f'{where}: ' if where else ''}{message}"
+
+
 def validate_config(cfg: DictConfig) -> None:
     """Raise ConfigError listing every invalid key, one line each."""
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as error:  # an interpolation that cannot resolve: OmegaConf's message and the key, one line
-        where, message = getattr(error, "full_key", None), str(error).splitlines()[0]  # then full_key, object_type
-        raise ConfigError(f"config does not resolve: {f'{where}: ' if where else ''}{message}") from None
+    except Exception as error:  # an interpolation that cannot resolve
+        raise ConfigError(unresolved(error)) from None
     errors: list[str] = []
 
     kind = data.get("algo", {}).get("algorithm")
