@@ -472,6 +472,9 @@ def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_c
     # a value the probe cannot change by adding to it (infinite) is read all the same
     unclipped = make_config(["algo=ppo", "env=CartPole", "env.hparams.ent_coef=.inf"])
     assert tuning.search_space_problems("s", {"env.hparams.ent_coef": {"low": 0.0, "high": 0.1}}, unclipped) == []
+    unset = make_config(["algo=ppo", "env=CartPole", "+env.tuned.ppo.temperature=???"])
+    assert tuning.search_space_problems("s", {"env.tuned.ppo.temperature": {"low": 0.1, "high": 2.0}}, unset) == [
+        "s.env.tuned.ppo.temperature: env.tuned.ppo.temperature has no value (???) to start the study from"]
     broken = make_config(["algo=ppo", "env=CartPole", "algo.lr=${env.hparams.nope}"])  # as a run says it
     assert tuning.search_space_problems("s", {}, broken) == [
         "config does not resolve: algo.lr: Interpolation key 'env.hparams.nope' not found"]
