@@ -42,7 +42,9 @@ def number_in(low: float, high: float | None = None, integer: bool = False, clos
 
 def seed_number(text: str) -> int:
     """argparse type of a seed: an integer in numpy's and Gymnasium's range, [0, 2**32 - 1], as run.py's seed."""
-    return number_in(0, 2**32 - 1, integer=True)(text)
+    from benchmarks.engine.config import MAX_SEED
+
+    return number_in(0, MAX_SEED, integer=True)(text)
 
 
 def conf_name(kind: str):

@@ -115,6 +115,19 @@ def distribution(key: str, spec: dict):
     raise ValueError(f"search space entry {key}: give low/high (float; int: true for integers) or choices, got {spec}")
 
 
+def space_searched(spaces, preset: str, study_name: str) -> str | None:
+    """The name of the search space a study of `preset` under `study_name` searches: a study of its own name (one
+    inner-loop form of a preset) may have a space of its own, else the preset's; None where the round has neither."""
+    name = study_name if study_name in spaces else preset
+    return name if name in spaces else None
+
+
+def is_preset_value(key: str) -> bool:
+    """Whether a key is one of the values the presets read through their interpolations (env.hparams.*, env.tuned.*),
+    which a values file holds, rather than a key a run reads itself."""
+    return key.split(".")[:2] in (["env", "hparams"], ["env", "tuned"])
+
+
 def search_space_problems(name: str, search_space: dict, config: DictConfig) -> list[str]:
     """Why a study cannot search this space for this config, one line per entry (`name`: where the space is given,
     hydra.sweeper.search_spaces.<preset>), before a study is stored or a trial trains: an entry that is not one of
@@ -153,7 +166,7 @@ def search_space_problems(name: str, search_space: dict, config: DictConfig) -> 
         if OmegaConf.is_missing(node, leaf):
             problems.append(f"{where}: {key} has no value (???) to start the study from")
             continue
-        if key.split(".")[:2] not in (["env", "hparams"], ["env", "tuned"]):
+        if not is_preset_value(key):
             continue  # a key the run reads itself (algo.*, env.*)
         probe = copy.deepcopy(config)
         OmegaConf.update(probe, key, probe_value, merge=False)
@@ -549,14 +562,13 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
     # every key checked before the file is touched: a refused apply leaves it as it was
     lines, problems = path.read_text().splitlines(keepends=True), []
     for key in best.params:
-        parts = key.split(".")
-        if parts[:2] not in (["env", "hparams"], ["env", "tuned"]):
+        if not is_preset_value(key):
             problems.append(f"error: study {algo} searched {key}: a values file holds env.hparams and env.tuned values "
                             f"only (what the presets read); pass it as {key}={override_value(best.params[key])}, or "
                             f"write it into the preset")
             continue
         try:
-            find_key_line(lines, parts[1:])
+            find_key_line(lines, key.split(".")[1:])
         except KeyError as error:
             problems.append(f"error: {sweeper['values_file']} has {error.args[0]}: add it there (with the preset's "
                             f"value so far) and apply again")

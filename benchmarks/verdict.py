@@ -39,7 +39,7 @@ from benchmarks.arguments import conf_name
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
 from benchmarks.engine.config import compose_config
 from benchmarks.runs import load_runs
-from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, tune_config
+from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, space_searched, tune_config
 
 METRICS = ("final", "auc", "std")
 STOP_WAIT_S = 120  # after Ctrl-C, how long a step's runs get to finish their iteration and checkpoint
@@ -129,12 +129,11 @@ def search_space_or_error(tune: str, algo: str, study_args: list[str]) -> str | 
     try:
         config = compose_config(["hydra/sweeper=tune", f"+tune={tune}", f"algo={algo}", *study_args],
                                 hydra_settings=True)
-        spaces, names = config.hydra.sweeper.search_spaces, (config.algo.name, config.hydra.sweeper.study_name)
+        spaces, algo = config.hydra.sweeper.search_spaces, config.algo.name
     except Exception:
         return None
-    if any(name in spaces for name in names):  # the sweeper's: the study's own name, else the preset's
+    if space_searched(spaces, algo, config.hydra.sweeper.study_name) is not None:  # as the sweeper chooses it
         return None
-    algo = config.algo.name
     return (f"--tune {tune} has no search space for {algo} (it has {', '.join(sorted(spaces))}): add "
             f"one to conf/tune/{tune}.yaml's hydra.sweeper.search_spaces, or give it in --study-args, e.g. "
             f"--study-args \"'+hydra.sweeper.search_spaces.{algo}={{algo.ent_coef:{{low:0.0,high:0.02}}}}'\" "

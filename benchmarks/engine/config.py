@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MAX_SEED = 2**32 - 1  # numpy's and Gymnasium's seed range
 
 
 def compose_config(overrides: list[str], hydra_settings: bool = False) -> DictConfig:

@@ -28,6 +28,7 @@ from algorithms.schema import (
     positive_int,
     rules_of_schema,
 )
+from benchmarks.engine.config import MAX_SEED
 from benchmarks.engine.logger import flatten
 
 
@@ -75,7 +76,6 @@ class ConfigError(ValueError):
     """A bad configuration value; str(error) is one line per problem."""
 
 
-MAX_SEED = 2**32 - 1  # numpy's and Gymnasium's seed range
 
 
 @dataclass

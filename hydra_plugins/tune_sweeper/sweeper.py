@@ -49,7 +49,7 @@ class TuneSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> None:
-        from benchmarks.tuning import TuningStudy, search_space_problems
+        from benchmarks.tuning import TuningStudy, search_space_problems, space_searched
 
         parsed = OverridesParser.create().parse_overrides(arguments)
         swept = [o.input_line for o in parsed if o.is_sweep_override()]
@@ -57,9 +57,8 @@ class TuneSweeper(Sweeper):
             raise SystemExit(f"config error: hydra/sweeper=tune tunes one preset; it takes no sweep overrides "
                              f"(got {', '.join(swept)}): run one tuning command per preset")
         preset, study_name = self.config.algo.name, self.settings["study_name"]
-        # A study of its own name (e.g. one inner-loop form of a preset) may have a space of its own.
-        space_name = study_name if study_name in self.search_spaces else preset
-        if space_name not in self.search_spaces:
+        space_name = space_searched(self.search_spaces, preset, study_name)
+        if space_name is None:
             raise SystemExit(f"config error: no search space for algo={preset} in hydra.sweeper.search_spaces "
                              f"(have: {', '.join(sorted(self.search_spaces))}): add one in the round's "
                              f"conf/tune/<round>.yaml, or give it as an override, e.g. "
