@@ -544,23 +544,21 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
-def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
-    """Write the best trial's values of study `algo` into the tuning's values file (hydra.sweeper.values_file).
+def planned_values(tune: str, sweeper: dict, algo: str, storage: str) -> tuple[dict, str, list[str]]:
+    """Study `algo`'s best values, the provenance line apply writes above them, and why the tuning's values file
+    (its sweeper's values_file) cannot take them: one `error:` line each, empty when it can."""
+    import optuna
 
-    That file is a config of the `tuning` group (package env): `python run.py ... +tuning=<name>` runs
-    with every value it holds; conf/env_family/<family>.yaml can list it to make it the family default.
-    """
-    sweeper = tune_config(tune)["hydra"]["sweeper"]
-    storage = storage or sweeper["storage"]
-    path = PROJECT_ROOT / sweeper["values_file"]
     study = load_study(storage, algo)
+    if not any(trial.state == optuna.trial.TrialState.COMPLETE for trial in study.trials):
+        return {}, "", [f"error: study {algo} in {storage} has no complete trial yet (of {len(study.trials)}): "
+                        f"nothing to apply"]
     best = study.best_trial
     finished = sum(counted(t) for t in study.trials)  # as the report counts
     provenance = (f"study {algo} in {storage.removeprefix('sqlite:///')}, best of {finished} trials "
                   f"(trial {best.number}, normalised AUC {best.value:.4f}; python -m benchmarks.tuning apply "
                   f"--tune {tune} --algo {algo})")
-    # every key checked before the file is touched: a refused apply leaves it as it was
-    lines, problems = path.read_text().splitlines(keepends=True), []
+    lines, problems = (PROJECT_ROOT / sweeper["values_file"]).read_text().splitlines(keepends=True), []
     for key in best.params:
         if not is_preset_value(key):
             problems.append(f"error: study {algo} searched {key}: a values file holds env.hparams and env.tuned values "
@@ -572,17 +570,32 @@ def apply_best(tune: str, algo: str, storage: str | None = None) -> dict:
         except KeyError as error:
             problems.append(f"error: {sweeper['values_file']} has {error.args[0]}: add it there (with the preset's "
                             f"value so far) and apply again")
+    return best.params, provenance, problems
+
+
+def apply_best(tune: str, algos: list[str], storage: str | None = None) -> dict[str, dict]:
+    """Write the best trial's values of each study in `algos`, in order, into the tuning's values file.
+
+    That file is a config of the `tuning` group (package env): `python run.py ... +tuning=<name>` runs
+    with every value it holds; conf/env_family/<family>.yaml can list it to make it the family default.
+    Every study is read and every key checked before the file is touched: a refused apply leaves it as it was.
+    """
+    sweeper = tune_config(tune)["hydra"]["sweeper"]
+    path = PROJECT_ROOT / sweeper["values_file"]
+    planned = {algo: planned_values(tune, sweeper, algo, storage or sweeper["storage"]) for algo in algos}
+    problems = [problem for _, _, algo_problems in planned.values() for problem in algo_problems]
     if problems:
         raise SystemExit("\n".join(problems))
-    blocks = set()
-    for key, value in best.params.items():
-        parts = key.split(".")
-        set_yaml_value(path, ".".join(parts[1:]), value)
-        blocks.add(".".join(parts[1:-1]))
-    for block in sorted(blocks):
-        set_provenance(path, block, provenance)
-    print(f"applied {algo} to {sweeper['values_file']}: {best.params} ({provenance})")
-    return best.params
+    for algo, (params, provenance, _) in planned.items():
+        blocks = set()
+        for key, value in params.items():
+            parts = key.split(".")
+            set_yaml_value(path, ".".join(parts[1:]), value)
+            blocks.add(".".join(parts[1:-1]))
+        for block in sorted(blocks):
+            set_provenance(path, block, provenance)
+        print(f"applied {algo} to {sweeper['values_file']}: {params} ({provenance})")
+    return {algo: params for algo, (params, _, _) in planned.items()}
 
 
 def study_provenance(config: dict) -> tuple[str, tuple] | None:
@@ -890,8 +903,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(text)
         print(text)
     elif args.command == "apply":
-        for algo in args.algo:
-            apply_best(args.tune, algo, args.storage)
+        apply_best(args.tune, args.algo, args.storage)
     else:
         report(args.tune, args.out)
 

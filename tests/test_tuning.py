@@ -164,6 +164,32 @@ def test_apply_refuses_values_a_values_file_cannot_hold_and_leaves_it_untouched(
     assert values.read_text() == "hparams:\n  lr: 0.001\n  ent_coef: 0.0\n"
 
 
+def test_apply_of_several_studies_writes_none_while_one_is_refused(tmp_path, monkeypatch):
+    """`--algo ppo outer_ppo` checks both studies before it writes: a refused second study (here one whose trials
+    were all pruned, or one that does not exist) leaves the first study's values unwritten too (it wrote them, then
+    refused the second; a study without a complete trial ended in Optuna's ValueError traceback)."""
+    text = "hparams:\n  lr: 0.001\n"
+    values = tmp_path / "values.yaml"
+    values.write_text(text)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    ppo = optuna.create_study(study_name="ppo", storage=storage, direction="maximize")
+    ppo.add_trial(optuna.trial.create_trial(params={"env.hparams.lr": 5e-4}, value=0.3, distributions={
+        "env.hparams.lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}))
+    pruned = optuna.create_study(study_name="outer_ppo", storage=storage, direction="maximize")
+    pruned.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={}, distributions={}))
+    monkeypatch.setattr(tuning, "tune_config", lambda tune: {"hydra": {"sweeper": {"storage": storage,
+                                                                                   "values_file": str(values)}}})
+    with pytest.raises(SystemExit) as refused:
+        tuning.main(["apply", "--tune", "classic", "--algo", "ppo", "outer_ppo"])
+    assert str(refused.value) == f"error: study outer_ppo in {storage} has no complete trial yet (of 1): nothing to apply"
+    with pytest.raises(SystemExit) as missing:
+        tuning.main(["apply", "--tune", "classic", "--algo", "ppo", "nosuch"])
+    assert str(missing.value) == f"error: no study 'nosuch' in {storage} (have: outer_ppo, ppo)"
+    assert values.read_text() == text
+    tuning.main(["apply", "--tune", "classic", "--algo", "ppo"])
+    assert "  lr: 0.0005\n" in values.read_text()
+
+
 def test_a_run_counts_as_tuned_only_with_every_best_value_of_its_family(tmp_path, monkeypatch):
     (tmp_path / "results" / "tuning").mkdir(parents=True)
     storage = f"sqlite:///{tmp_path}/results/tuning/mujoco.db"
