@@ -161,3 +161,27 @@ def test_a_failed_step_stops_the_verdict_naming_the_step_and_what_to_do():
     assert stopped.value.code == (f"error: step failed (exit 3): {' '.join(step)}; its output above says why: a "
                                   f"refused config needs other arguments, anything else resumes where it stopped when "
                                   f"this command is rerun")
+
+
+def test_a_study_without_a_complete_trial_or_runs_without_enough_seeds_give_no_verdict_in_one_line(tmp_path,
+                                                                                                   monkeypatch):
+    """The two ends of the protocol with nothing to judge: a study whose trials were all pruned has no best values
+    to evaluate (rerun: the study goes on), and a suite without enough complete seeds of both presets on any task
+    has nothing to compare (here no runs at all: the steps are recorded instead of run)."""
+    import optuna
+
+    from benchmarks import verdict
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(study_name="ppo_kl", storage=storage, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={}, distributions={}))
+    with pytest.raises(SystemExit) as no_trial:
+        verdict.best_overrides("classic", "ppo_kl", [f"hydra.sweeper.storage={storage}"])
+    assert str(no_trial.value) == "error: study ppo_kl of --tune classic has no complete trial: rerun to go on with it"
+
+    monkeypatch.setattr(verdict, "run", lambda command: None)
+    with pytest.raises(SystemExit) as no_runs:
+        verdict.main(["--algo", "ppo_kl", "--tune", "none", "--suite", "classic_10seeds", "--out", str(tmp_path / "out"),
+                      "--suite-args", f"hydra.sweep.dir={tmp_path / 'suite'}"])
+    assert str(no_runs.value) == (f"error: no task has enough complete seeds of both ppo_kl ({tmp_path / 'out' / 'runs'}) "
+                                  f"and ppo ({tmp_path / 'suite'})")
