@@ -258,6 +258,10 @@ def say_skipped(run_dir: Path, finished: dict) -> None:
           file=sys.stderr)
 
 
+# A sweep's run directory that also names the job's overrides, as a single run's does (conf/config.yaml's
+# hydra.run.dir): what a sweep over algo.lr or any key besides env, algo and seed needs (docs/configuration.md).
+SWEEP_SUBDIR_BY_OVERRIDES = "${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"
+
 # What a run writes into its directory (besides Hydra's .hydra/ and run.log, written before the task starts).
 RUN_FILES = ("summary.json", "train.csv", "train.csv.gz", "eval.csv", "episodes.csv", "episodes.csv.gz",
              "checkpoint.pt", "checkpoint.prev.pt", "checkpoint.pt.damaged")
@@ -320,9 +324,11 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         # (restart=true retrains it there)
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
     if stored != current:
+        # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
+        remedy = (f"to give each point of a sweep its own directory, add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"'"
+                  if HydraConfig.get().mode == RunMode.MULTIRUN else "choose another hydra.run.dir or delete it")
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
-              f"{', '.join(differing_keys(stored, current))}); choose another hydra.run.dir or delete it",
-              file=sys.stderr)
+              f"{', '.join(differing_keys(stored, current))}); {remedy}", file=sys.stderr)
         sys.exit(2)
     return summary
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import zlib
 from pathlib import Path
@@ -50,7 +51,7 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import existing_file, suite_directory
-from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs
+from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, seed_held_twice
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -884,15 +885,17 @@ def suite_command(suite_dir: Path) -> str:
                            for path in suite_dir.rglob(".hydra/overrides.yaml")})
         return "; ".join(commands) if commands else f"runs under {suite_dir}"
 
-    overrides = OmegaConf.load(multirun).hydra.overrides
+    # the overrides as typed: one may hold an interpolation (hydra.sweep.subdir='${...}'), not resolved here
+    overrides = OmegaConf.to_container(OmegaConf.load(multirun).hydra.overrides, resolve=False)
     narrowed = set()
-    for override in overrides.task:
+    for override in overrides["task"]:
         if override.startswith("+experiment="):  # the experiment's own grid, e.g. env for the mujoco suite
             experiment = OmegaConf.load(CONF_ENV.parent / "experiment" / f"{override.split('=', 1)[1]}.yaml")
             narrowed |= set(OmegaConf.select(experiment, "hydra.sweeper.params", default={}) or {})
-    kept = [o for o in overrides.task if o.split("=", 1)[0] not in narrowed]
-    kept += [o for o in overrides.hydra if o.startswith("hydra.sweep.dir=")]
-    return "python run.py -m " + " ".join(kept)
+    kept = [o for o in overrides["task"] if o.split("=", 1)[0] not in narrowed]
+    kept += [o for o in overrides["hydra"] if o.startswith(("hydra.sweep.dir=", "hydra.sweep.subdir="))]
+    # quoted for the shell where it would expand or split them (an interpolation's $, a quote, a space)
+    return "python run.py -m " + " ".join(shlex.quote(o) if set(o) & set("$'\" ") else o for o in kept)
 
 
 def kl_coef(run: dict) -> float | None:
@@ -1006,6 +1009,10 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
         # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
         return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
+    if (twice := seed_held_twice(runs)) is not None:
+        for stale in (out / "tables" / f"{suite}.csv", out / "tables" / f"{suite}.md"):  # of the points averaged
+            stale.unlink(missing_ok=True)
+        return f"{suite}: not reported: {twice}"
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),

@@ -131,6 +131,25 @@ def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return {key: sorted(grouped[key], key=lambda run: run["seed"]) for key in sorted(grouped)}
 
 
+def seed_held_twice(runs: list[dict]) -> str | None:
+    """None when each (task, preset) holds each seed once; else one line naming the first seed held by several
+    runs, their directories and the config keys they differ in. A table's row, a curve's band and a verdict take
+    one run per seed of a preset: several (a sweep of algo.lr into one directory) would be averaged as seeds."""
+    from benchmarks.engine.config import differing_keys
+
+    for (env, algo), group in group_runs(runs).items():
+        seeds = [run["seed"] for run in group]
+        seed = next((seed for seed in seeds if seeds.count(seed) > 1), None)
+        if seed is None:
+            continue
+        same = [run for run in group if run["seed"] == seed]
+        differ = differing_keys(same[0]["config"], same[1]["config"])
+        return (f"{env}/{algo} holds seed {seed} {len(same)} times ({', '.join(str(run['dir']) for run in same)}; "
+                f"{'they differ in: ' + ', '.join(differ) if differ else 'the same config'}): a table takes one run "
+                f"per seed of a preset; name each configuration's directory on its own")
+    return None
+
+
 def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict]:
     """One dict per complete run: env, algo, seed, env_steps, sps, dir, config, and its eval/episodes tables.
 

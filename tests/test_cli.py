@@ -110,6 +110,24 @@ def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
     assert snapshot(run_dir) == before
 
 
+def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directory(tmp_path):
+    """A sweep's runs go to <env>/<algo>/seed<k>: a second point of a sweep over algo.lr finds the first's run
+    there and is refused, with the subdir that names each point's overrides (docs/configuration.md), which
+    trains it beside the first."""
+    sweep = ["-m", "seed=0", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
+             "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    assert run_cli(*sweep).returncode == 0
+    refused = run_cli(*sweep, "algo.lr=0.001")
+    subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
+    assert refused.returncode != 0
+    assert (f"config error: {tmp_path / 'CartPole' / 'ppo' / 'seed0'} holds a complete run with a different config "
+            f"(differs in: algo.lr); to give each point of a sweep its own directory, add "
+            f"'hydra.sweep.subdir={subdir}'") in refused.stderr
+    again = run_cli(*sweep, "algo.lr=0.001", f"hydra.sweep.subdir={subdir}")
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "CartPole" / "ppo" / "algo.lr=0.001,eval.episodes=1,total_steps=512" / "seed0" / "summary.json").exists()
+
+
 @pytest.mark.slow
 def test_a_sweep_rerun_that_skips_complete_runs_changes_no_file(tmp_path):
     sweep = ["-m", "seed=0,1", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",

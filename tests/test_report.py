@@ -247,6 +247,21 @@ def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its
     assert (sweep / "report" / "plots" / "my_sweep_CartPole.png").exists()
 
 
+def test_a_sweeps_command_keeps_an_interpolated_subdir_as_typed_and_quoted_for_the_shell(tmp_path):
+    """A sweep given its own hydra.sweep.subdir (docs/configuration.md) holds ${...} in its overrides: the
+    command is rebuilt as typed (it ended in OmegaConf's UnsupportedInterpolationType traceback)."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.report import suite_command
+
+    subdir = 'hydra.sweep.subdir="${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
+    OmegaConf.save({"hydra": {"overrides": {
+        "hydra": ["hydra.sweep.dir=/tmp/lr_sweep", subdir, "hydra.mode=MULTIRUN", "hydra/launcher=joblib"],
+        "task": ["env=CartPole", "seed=0,1", "algo.lr=0.001,0.0003", "seeds=[0,1]"]}}}, tmp_path / "multirun.yaml")
+    assert suite_command(tmp_path) == (f"python run.py -m env=CartPole seed=0,1 algo.lr=0.001,0.0003 seeds=[0,1] "
+                                       f"hydra.sweep.dir=/tmp/lr_sweep '{subdir}'")
+
+
 def fake_run(env: str, algo: str, seed: int, steps: list[int], returns: list[float]) -> dict:
     return {"env": env, "algo": algo, "seed": seed,
             "eval": pd.DataFrame({"env_steps": steps, "eval_return_mean": returns}),

@@ -57,7 +57,8 @@ def test_cpu_hours_share_a_populations_training_time_among_its_seeds(tmp_path, c
     from benchmarks.summarize import main
 
     def run(path, seed, wall_time_s, together):
-        write_run(path, seed, wall_time_s=wall_time_s, **({"batched": {"seeds": together}} if together else {}))
+        write_run(path, seed, algo=path.parent.name, wall_time_s=wall_time_s,
+                  **({"batched": {"seeds": together}} if together else {}))
 
     for seed in range(4):  # one process: 3600 s of loop time for four seeds
         run(tmp_path / "suite" / "Hopper" / "ppo" / f"seed{seed}", seed, 3600.0, [0, 1, 2, 3])
@@ -165,3 +166,29 @@ def test_a_table_command_whose_reader_stops_early_ends_quietly(command):
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_a_seed_a_preset_holds_twice_is_said_instead_of_averaged_as_two_seeds(tmp_path, capsys):
+    """The points of a sweep over algo.lr in one folder (each in its own subdir) are each seed 0 of ppo on
+    Hopper: summarize and report name the two directories and the key they differ in, and write no table
+    (they averaged the two points as seeds: 'seeds 0 0')."""
+    from benchmarks.report import main as report_main
+    from benchmarks.summarize import main
+
+    suite = tmp_path / "lr_sweep"
+    for lr in (0.001, 0.0003):
+        write_run(suite / "Hopper" / "ppo" / f"algo.lr={lr}" / "seed0", 0, config={"algo": {"algorithm": "ppo", "lr": lr}, "env": {}, "seed": 0})
+    with pytest.raises(SystemExit) as refused:
+        main([str(suite)])
+    line = (f"Hopper/ppo holds seed 0 2 times ({suite / 'Hopper/ppo/algo.lr=0.0003/seed0'}, "
+            f"{suite / 'Hopper/ppo/algo.lr=0.001/seed0'}; they differ in: algo.lr): a table takes one run per seed of "
+            f"a preset; name each configuration's directory on its own")
+    assert str(refused.value) == f"error: {line}"
+    stale = suite / "report" / "tables" / "lr_sweep.md"  # as an earlier report wrote it
+    stale.parent.mkdir(parents=True)
+    stale.write_text("seeds 2")
+    report_main([str(suite)])
+    assert f"lr_sweep: not reported: {line}" in capsys.readouterr().out
+    assert not (suite / "report" / "tables" / "lr_sweep.md").exists()
+    main([str(suite / "Hopper" / "ppo" / "algo.lr=0.001")])  # one point: its own table
+    assert "Hopper  ppo     0" in capsys.readouterr().out
