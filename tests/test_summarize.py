@@ -170,8 +170,10 @@ def test_a_table_command_whose_reader_stops_early_ends_quietly(command):
 
 def test_a_seed_a_preset_holds_twice_is_said_instead_of_averaged_as_two_seeds(tmp_path, capsys):
     """The points of a sweep over algo.lr in one folder (each in its own subdir) are each seed 0 of ppo on
-    Hopper: summarize and report name the two directories and the key they differ in, and write no table
-    (they averaged the two points as seeds: 'seeds 0 0')."""
+    Hopper: summarize, report, the regression check and claims name the two directories and the key they differ
+    in, and write no table (they averaged the two points as seeds: 'seeds 0 0')."""
+    from benchmarks.claims import main as claims_main
+    from benchmarks.regression import main as regression_main
     from benchmarks.report import main as report_main
     from benchmarks.summarize import main
 
@@ -192,3 +194,9 @@ def test_a_seed_a_preset_holds_twice_is_said_instead_of_averaged_as_two_seeds(tm
     assert not (suite / "report" / "tables" / "lr_sweep.md").exists()
     main([str(suite / "Hopper" / "ppo" / "algo.lr=0.001")])  # one point: its own table
     assert "Hopper  ppo     0" in capsys.readouterr().out
+    assert regression_main(["--reference", str(suite / "Hopper" / "ppo" / "algo.lr=0.001"),
+                            "--candidate", str(suite)]) == 2
+    assert capsys.readouterr().err == f"error: --candidate {suite}: {line}\n"
+    with pytest.raises(SystemExit):
+        claims_main([str(suite), "--out", str(tmp_path / "claims")])
+    assert capsys.readouterr().err.endswith(f"error: {suite}: {line}\n")
