@@ -113,7 +113,7 @@ def main(cfg: DictConfig) -> float | None:
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
     except RunLockedError as error:  # the other process's run: nothing of it is touched
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {error}{locked_in_a_sweep()}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:
         # The failure is recorded in the job's own directory (train() records its own). In a
@@ -188,7 +188,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {error}{locked_in_a_sweep()}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
                 gymnasium.error.Error) as caught:
@@ -262,6 +262,19 @@ def say_skipped(run_dir: Path, finished: dict) -> None:
 # hydra.run.dir): what a sweep over algo.lr or any key besides env, algo and seed needs (docs/configuration.md).
 SWEEP_SUBDIR_BY_OVERRIDES = "${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"
 
+
+def locked_in_a_sweep() -> str:
+    """In a sweep, the likeliest holder of a locked run directory is another of its points, launched in parallel."""
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        return ""
+    return f"; if that is another point of this sweep, {own_directory_per_point()}"
+
+
+def own_directory_per_point() -> str:
+    """What a refusal over a shared run directory adds in a sweep: the override that separates its points."""
+    return f"add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"' to give each point of a sweep its own directory"
+
+
 # What a run writes into its directory (besides Hydra's .hydra/ and run.log, written before the task starts).
 RUN_FILES = ("summary.json", "train.csv", "train.csv.gz", "eval.csv", "episodes.csv", "episodes.csv.gz",
              "checkpoint.pt", "checkpoint.prev.pt", "checkpoint.pt.damaged")
@@ -325,8 +338,8 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
     if stored != current:
         # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
-        remedy = (f"to give each point of a sweep its own directory, add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"'"
-                  if HydraConfig.get().mode == RunMode.MULTIRUN else "choose another hydra.run.dir or delete it")
+        remedy = (own_directory_per_point() if HydraConfig.get().mode == RunMode.MULTIRUN
+                  else "choose another hydra.run.dir or delete it")
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
               f"{', '.join(differing_keys(stored, current))}); {remedy}", file=sys.stderr)
         sys.exit(2)
