@@ -36,7 +36,7 @@ from benchmarks.report import RESULTS
 from benchmarks.statistics import (area_under_curve, detectable_improvement, detectable_std_ratio,
                                    probability_of_improvement, seed_std_ratio)
 from benchmarks.arguments import suite_directory
-from benchmarks.runs import eval_curves, group_runs, load_runs, seed_held_twice
+from benchmarks.runs import eval_curves, group_runs, load_runs, mixed_configurations
 from benchmarks.tuning import budget_text, used_study
 
 # A claim's task group is one task family (env.family of its runs: conf/env_family/<family>.yaml), so a task added
@@ -418,8 +418,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     by_suite = {suite: load_runs(suite) for suite in args.suites}
     for suite, suite_runs in by_suite.items():
-        if (twice := seed_held_twice(suite_runs)) is not None:
-            parser.error(f"{suite}: {twice}")
+        if (mixed := mixed_configurations(suite_runs)) is not None:
+            parser.error(f"{suite}: {mixed}")
     runs = [run for suite_runs in by_suite.values() for run in suite_runs]
     if greedy := sum(not sampled_or_not_a_token_task(run) for run in runs):
         print(f"left out: {greedy} token-task runs evaluated greedily (made before the sampled evaluation, "

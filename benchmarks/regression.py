@@ -37,7 +37,7 @@ import pandas as pd
 
 from benchmarks.statistics import area_under_curve
 from benchmarks.arguments import conf_name, number_in, run_printing_command
-from benchmarks.runs import group_runs, load_runs, seed_held_twice
+from benchmarks.runs import group_runs, load_runs, mixed_configurations
 
 METRICS = ("auc", "final")
 
@@ -164,8 +164,8 @@ def main(argv=None) -> int:
         return 2
     for role, path, runs in (("reference", args.reference, reference_runs),
                              ("candidate", args.candidate, candidate_runs)):
-        if (twice := seed_held_twice(runs)) is not None:
-            print(f"error: --{role} {path}: {twice}", file=sys.stderr)
+        if (mixed := mixed_configurations(runs)) is not None:
+            print(f"error: --{role} {path}: {mixed}", file=sys.stderr)
             return 2
     for run_dir, reason in candidate_skipped:
         print(f"candidate run not used: {run_dir}: {reason}")

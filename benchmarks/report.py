@@ -51,7 +51,7 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import existing_file, suite_directory
-from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, seed_held_twice
+from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -1009,10 +1009,10 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
         # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
         return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
-    if (twice := seed_held_twice(runs)) is not None:
+    if (mixed := mixed_configurations(runs)) is not None:
         for stale in (out / "tables" / f"{suite}.csv", out / "tables" / f"{suite}.md"):  # of the points averaged
             stale.unlink(missing_ok=True)
-        return f"{suite}: not reported: {twice}"
+        return f"{suite}: not reported: {mixed}"
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),

@@ -131,22 +131,30 @@ def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return {key: sorted(grouped[key], key=lambda run: run["seed"]) for key in sorted(grouped)}
 
 
-def seed_held_twice(runs: list[dict]) -> str | None:
-    """None when each (task, preset) holds each seed once; else one line naming the first seed held by several
-    runs, their directories and the config keys they differ in. A table's row, a curve's band and a verdict take
-    one run per seed of a preset: several (a sweep of algo.lr into one directory) would be averaged as seeds."""
-    from benchmarks.engine.config import differing_keys
+def mixed_configurations(runs: list[dict]) -> str | None:
+    """None when each (task, preset) holds one run per seed, all of one configuration (as run.py compares them,
+    numbers_relevant, but for the seed and how the numbers were computed: device, threads, backend); else one
+    line naming two runs that are not, and the keys they differ in. A table's row, a curve's band and a verdict
+    take the seeds of one configuration: the points of a sweep over algo.lr in one folder would otherwise be
+    averaged as seeds."""
+    from benchmarks.engine.config import differing_keys, numbers_relevant
+
+    def configuration(run: dict) -> dict:
+        config = {k: v for k, v in numbers_relevant(run["config"]).items()
+                  if k not in ("seed", "seeds", "device", "torch_threads")}
+        return {**config, "algo": {k: v for k, v in config.get("algo", {}).items() if k != "backend"}}
 
     for (env, algo), group in group_runs(runs).items():
+        first = configuration(group[0])
+        for run in group[1:]:
+            if keys := differing_keys(first, configuration(run)):
+                return (f"{env}/{algo} holds runs of more than one configuration ({group[0]['dir']} and {run['dir']} "
+                        f"differ in: {', '.join(keys)}): a table takes the seeds of one; name each configuration's "
+                        f"directory on its own")
         seeds = [run["seed"] for run in group]
-        seed = next((seed for seed in seeds if seeds.count(seed) > 1), None)
-        if seed is None:
-            continue
-        same = [run for run in group if run["seed"] == seed]
-        differ = differing_keys(same[0]["config"], same[1]["config"])
-        return (f"{env}/{algo} holds seed {seed} {len(same)} times ({', '.join(str(run['dir']) for run in same)}; "
-                f"{'they differ in: ' + ', '.join(differ) if differ else 'the same config'}): a table takes one run "
-                f"per seed of a preset; name each configuration's directory on its own")
+        if twice := [run for run in group if seeds.count(run["seed"]) > 1]:
+            return (f"{env}/{algo} holds seed {twice[0]['seed']} more than once ({twice[0]['dir']} and "
+                    f"{twice[1]['dir']}, the same configuration): a table takes one run per seed; keep one")
     return None
 
 

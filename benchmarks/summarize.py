@@ -29,7 +29,7 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import number_in, run_printing_command, suite_directory
-from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, seed_held_twice
+from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations
 from benchmarks.tuning import training_seconds
 
 
@@ -134,8 +134,8 @@ def main(argv=None) -> None:
     left_out = left_out_lines(args.runs_dir, skipped)
     if not runs:
         raise SystemExit("\n".join([f"no complete runs under {args.runs_dir}", *left_out]))
-    if (twice := seed_held_twice(runs)) is not None:
-        raise SystemExit(f"error: {twice}")
+    if (mixed := mixed_configurations(runs)) is not None:
+        raise SystemExit(f"error: {mixed}")
     # a column no run logs is a typo, not a preset without it (None in its rows): said before anything is printed
     train_means = (train_column_means(runs, args.train_columns, args.last_iterations, args.first_iterations)
                    if args.train_columns else None)

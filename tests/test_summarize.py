@@ -42,7 +42,7 @@ def write_run(path, seed, status="complete", env="Hopper", **summary):
 
     path.mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps({
-        "status": status, "env": env, "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0, "config": {},
+        "status": status, "env": env, "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0, "config": {"env": {}},
         **summary}))
     pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
         path / "eval.csv", index=False)
@@ -168,35 +168,61 @@ def test_a_table_command_whose_reader_stops_early_ends_quietly(command):
     assert (result.returncode, result.stderr) == (141, "")
 
 
-def test_a_seed_a_preset_holds_twice_is_said_instead_of_averaged_as_two_seeds(tmp_path, capsys):
-    """The points of a sweep over algo.lr in one folder (each in its own subdir) are each seed 0 of ppo on
-    Hopper: summarize, report, the regression check and claims name the two directories and the key they differ
-    in, and write no table (they averaged the two points as seeds: 'seeds 0 0')."""
+def test_runs_of_several_configurations_of_a_preset_are_said_instead_of_averaged_as_seeds(tmp_path, capsys):
+    """The points of a sweep over algo.lr in one folder (each in its own subdir) are runs of ppo on Hopper:
+    summarize, report, the regression check and claims name two of them and the key they differ in, and write no
+    table (they averaged the points as seeds: 'seeds 0 0'); so do they for one seed held twice."""
     from benchmarks.claims import main as claims_main
     from benchmarks.regression import main as regression_main
     from benchmarks.report import main as report_main
     from benchmarks.summarize import main
 
+    def write(path, seed, lr):
+        write_run(path, seed, config={"algo": {"algorithm": "ppo", "lr": lr}, "env": {}, "seed": seed})
+
     suite = tmp_path / "lr_sweep"
     for lr in (0.001, 0.0003):
-        write_run(suite / "Hopper" / "ppo" / f"algo.lr={lr}" / "seed0", 0, config={"algo": {"algorithm": "ppo", "lr": lr}, "env": {}, "seed": 0})
+        write(suite / "Hopper" / "ppo" / f"algo.lr={lr}" / "seed0", 0, lr)
     with pytest.raises(SystemExit) as refused:
         main([str(suite)])
-    line = (f"Hopper/ppo holds seed 0 2 times ({suite / 'Hopper/ppo/algo.lr=0.0003/seed0'}, "
-            f"{suite / 'Hopper/ppo/algo.lr=0.001/seed0'}; they differ in: algo.lr): a table takes one run per seed of "
-            f"a preset; name each configuration's directory on its own")
+    line = (f"Hopper/ppo holds runs of more than one configuration ({suite / 'Hopper/ppo/algo.lr=0.0003/seed0'} and "
+            f"{suite / 'Hopper/ppo/algo.lr=0.001/seed0'} differ in: algo.lr): a table takes the seeds of one; name "
+            f"each configuration's directory on its own")
     assert str(refused.value) == f"error: {line}"
     stale = suite / "report" / "tables" / "lr_sweep.md"  # as an earlier report wrote it
     stale.parent.mkdir(parents=True)
     stale.write_text("seeds 2")
     report_main([str(suite)])
     assert f"lr_sweep: not reported: {line}" in capsys.readouterr().out
-    assert not (suite / "report" / "tables" / "lr_sweep.md").exists()
-    main([str(suite / "Hopper" / "ppo" / "algo.lr=0.001")])  # one point: its own table
-    assert "Hopper  ppo     0" in capsys.readouterr().out
+    assert not stale.exists()
     assert regression_main(["--reference", str(suite / "Hopper" / "ppo" / "algo.lr=0.001"),
                             "--candidate", str(suite)]) == 2
     assert capsys.readouterr().err == f"error: --candidate {suite}: {line}\n"
     with pytest.raises(SystemExit):
         claims_main([str(suite), "--out", str(tmp_path / "claims")])
     assert capsys.readouterr().err.endswith(f"error: {suite}: {line}\n")
+    main([str(suite / "Hopper" / "ppo" / "algo.lr=0.001")])  # one point: its own table
+    assert "Hopper  ppo     0" in capsys.readouterr().out
+
+    # other seeds of each point (seed 1 at lr 0.0003 beside seed 0 at 0.001), and one run copied beside itself
+    other_seeds, copies = tmp_path / "other_seeds", tmp_path / "copies"
+    write(other_seeds / "Hopper" / "ppo" / "a" / "seed0", 0, 0.001)
+    write(other_seeds / "Hopper" / "ppo" / "b" / "seed1", 1, 0.0003)
+    write(copies / "Hopper" / "ppo" / "seed0", 0, 0.001)
+    write(copies / "Hopper" / "ppo" / "copy" / "seed0", 0, 0.001)
+    with pytest.raises(SystemExit) as refused:
+        main([str(other_seeds)])
+    assert "differ in: algo.lr): a table takes the seeds of one" in str(refused.value)
+    with pytest.raises(SystemExit) as refused:
+        main([str(copies)])
+    assert str(refused.value) == (f"error: Hopper/ppo holds seed 0 more than once ({copies / 'Hopper/ppo/copy/seed0'} "
+                                  f"and {copies / 'Hopper/ppo/seed0'}, the same configuration): a table takes one run "
+                                  f"per seed; keep one")
+    # how the numbers were computed is no other configuration: the engine's backend, threads, device
+    how = tmp_path / "how"
+    write_run(how / "Hopper" / "ppo" / "seed0", 0, config={"algo": {"algorithm": "ppo", "backend": "compiled"},
+                                                           "env": {}, "torch_threads": 1, "device": "cpu"})
+    write_run(how / "Hopper" / "ppo" / "seed1", 1, config={"algo": {"algorithm": "ppo", "backend": "torch"},
+                                                           "env": {}, "torch_threads": 2, "device": "cuda"})
+    main([str(how)])
+    assert "Hopper  ppo   0 1" in capsys.readouterr().out
