@@ -22,6 +22,7 @@ Runs that are not complete (training now, interrupted, failed) are left out of t
 from __future__ import annotations
 
 import argparse
+import difflib
 from pathlib import Path
 
 import numpy as np
@@ -143,7 +144,13 @@ def main(argv=None) -> None:
     for option, table, columns in (("--train-columns", train_means, args.train_columns),
                                    ("--eval-columns", eval_finals, args.eval_columns)):
         if unknown := [column for column in columns if table[column].map(lambda value: value is None).all()]:
-            parser.error(f"{option}: no run under {args.runs_dir} logs {', '.join(unknown)}")
+            logged = sorted(set().union(*(read_csv_complete_rows(run["dir"] / "train.csv").columns
+                                          if option == "--train-columns" else run["eval"].columns for run in runs))
+                            - {"run"})
+            named = [f"{column} (did you mean {near[0]}?)" if (near := difflib.get_close_matches(column, logged, n=1))
+                     else column for column in unknown]
+            parser.error(f"{option}: no run under {args.runs_dir} logs {', '.join(named)}; its runs log "
+                         f"{', '.join(logged)}")
     print(summarize(runs).to_string(index=False))
     if left_out:
         print("\n" + "\n".join(left_out))

@@ -120,9 +120,9 @@ def test_summarize_names_the_runs_it_leaves_out_a_population_in_one_line(tmp_pat
 
 
 def test_a_column_no_run_logs_and_a_folder_of_suites_are_one_line_each(tmp_path, capsys):
-    """A train.csv or eval.csv column that no run logs is a typo (a preset without it shows None instead); a folder
-    whose folders are two or more suites is not one suite: both are refused in one line, before anything is
-    printed."""
+    """A train.csv or eval.csv column that no run logs is a typo (a preset without it shows None instead), said with
+    the nearest column and every column the runs log; a folder whose folders are two or more suites is not one
+    suite: both are refused in one line, before anything is printed."""
     import pytest
 
     from benchmarks.summarize import main
@@ -131,9 +131,11 @@ def test_a_column_no_run_logs_and_a_folder_of_suites_are_one_line_each(tmp_path,
     write_run(tmp_path / "results" / "other" / "Hopper" / "ppo" / "seed0", 0)
     for arguments, message in (
             ([str(tmp_path / "results" / "suite"), "--train-columns", "rollout_time", "rolout_time"],
-             f"--train-columns: no run under {tmp_path / 'results' / 'suite'} logs rolout_time"),
-            ([str(tmp_path / "results" / "suite"), "--eval-columns", "eval_return_men"],
-             f"--eval-columns: no run under {tmp_path / 'results' / 'suite'} logs eval_return_men"),
+             f"--train-columns: no run under {tmp_path / 'results' / 'suite'} logs rolout_time (did you mean "
+             f"rollout_time?); its runs log env_steps, iteration, rollout_time, update_time"),
+            ([str(tmp_path / "results" / "suite"), "--eval-columns", "eval_return_men", "gibberish"],
+             f"--eval-columns: no run under {tmp_path / 'results' / 'suite'} logs eval_return_men (did you mean "
+             f"eval_return_mean?), gibberish; its runs log env_steps, eval_return_mean, eval_return_std"),
             ([str(tmp_path / "results" / "suite"), "--train-columns", "entropy", "--last-iterations", "0"],
              "argument --last-iterations: must be an integer in [1, inf), got 0"),
             ([str(tmp_path / "results")],
