@@ -267,12 +267,13 @@ def locked_in_a_sweep() -> str:
     """In a sweep, the likeliest holder of a locked run directory is another of its points, launched in parallel."""
     if HydraConfig.get().mode != RunMode.MULTIRUN:
         return ""
-    return f"; if that is another point of this sweep, {own_directory_per_point()}"
+    return f"; if that is another point of this sweep (its points differ in a key besides env, algo and seed), " \
+           f"{own_directory_per_point()}"
 
 
 def own_directory_per_point() -> str:
     """What a refusal over a shared run directory adds in a sweep: the override that separates its points."""
-    return f"add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"' to give each point of a sweep its own directory"
+    return f"add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"' to give each point its own directory"
 
 
 # What a run writes into its directory (besides Hydra's .hydra/ and run.log, written before the task starts).
@@ -338,7 +339,8 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
     if stored != current:
         # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
-        remedy = (own_directory_per_point() if HydraConfig.get().mode == RunMode.MULTIRUN
+        remedy = (f"choose another hydra.sweep.dir or delete it; if the points of this sweep differ in a key besides "
+                  f"env, algo and seed, {own_directory_per_point()}" if HydraConfig.get().mode == RunMode.MULTIRUN
                   else "choose another hydra.run.dir or delete it")
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
               f"{', '.join(differing_keys(stored, current))}); {remedy}", file=sys.stderr)

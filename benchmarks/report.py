@@ -881,11 +881,11 @@ def suite_command(suite_dir: Path) -> str:
 
     multirun = suite_dir / "multirun.yaml"
     if not multirun.exists():  # single runs: each run's own command line
-        commands = sorted({"python run.py " + " ".join(OmegaConf.load(path))
+        commands = sorted({"python run.py " + shlex.join(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
                            for path in suite_dir.rglob(".hydra/overrides.yaml")})
         return "; ".join(commands) if commands else f"runs under {suite_dir}"
 
-    # the overrides as typed: one may hold an interpolation (hydra.sweep.subdir='${...}'), not resolved here
+    # the overrides as typed: one may hold an interpolation (hydra.sweep.subdir="${...}"), not resolved here
     overrides = OmegaConf.to_container(OmegaConf.load(multirun).hydra.overrides, resolve=False)
     narrowed = set()
     for override in overrides["task"]:
@@ -894,8 +894,7 @@ def suite_command(suite_dir: Path) -> str:
             narrowed |= set(OmegaConf.select(experiment, "hydra.sweeper.params", default={}) or {})
     kept = [o for o in overrides["task"] if o.split("=", 1)[0] not in narrowed]
     kept += [o for o in overrides["hydra"] if o.startswith(("hydra.sweep.dir=", "hydra.sweep.subdir="))]
-    # quoted for the shell where it would expand or split them (an interpolation's $, a quote, a space)
-    return "python run.py -m " + " ".join(shlex.quote(o) if set(o) & set("$'\" ") else o for o in kept)
+    return "python run.py -m " + shlex.join(kept)  # quoted where a shell would expand or split one
 
 
 def kl_coef(run: dict) -> float | None:
@@ -985,6 +984,17 @@ def plot_kl_frontier(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
     return written
 
 
+class NotReported(Exception):
+    """A suite the report cannot make a table of (a preset's runs of several configurations), and why."""
+
+    def __init__(self, suite: str, reason: str) -> None:
+        super().__init__(suite, reason)  # the arguments a worker process pickles it by
+        self.suite, self.reason = suite, reason
+
+    def __str__(self) -> str:
+        return f"{self.suite}: not reported: {self.reason}"
+
+
 def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     """Write one suite's tables and (with plots) figures into out/tables and out/plots; returns its progress line.
     An aggregate table or figure this suite no longer gets (too few tasks or seeds) is removed."""
@@ -1010,9 +1020,14 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
         # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
         return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
     if (mixed := mixed_configurations(runs)) is not None:
-        for stale in (out / "tables" / f"{suite}.csv", out / "tables" / f"{suite}.md"):  # of the points averaged
+        # what an earlier report averaged over the points goes: its tables, aggregate and figures
+        tasks = sorted({run["env"] for run in runs})
+        for stale in ([out / "tables" / f"{suite}{end}" for end in (".csv", ".md", "_aggregate.csv", "_aggregate.md")]
+                      + [out / "plots" / f"{suite}{end}" for end in ("_aggregate.png", "_sample_efficiency.png")]
+                      + [out / "plots" / f"{suite}_{task}{end}.{kind}" for task in tasks
+                         for end in ("", "_vs_ppo") for kind in ("png", "svg")]):
             stale.unlink(missing_ok=True)
-        return f"{suite}: not reported: {mixed}"
+        raise NotReported(suite, mixed)
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),
@@ -1101,11 +1116,20 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
         done += 1
         print(f"[{done}/{total}, {time.perf_counter() - started:.0f} s] {line}", flush=True)
 
+    refused = []
+
+    def reported(report) -> None:
+        try:
+            progress(report())
+        except NotReported as refusal:
+            refused.append(refusal.suite)
+            progress(str(refusal))
+
     for name in kept:
         progress(f"{name}: runs and report code unchanged, its tables and figures kept")
     if jobs <= 1 or len(targets) <= 1:
         for suite_dir, target in targets:
-            progress(report_suite(suite_dir, target, plots))
+            reported(lambda: report_suite(suite_dir, target, plots))
     else:
         order = sorted(targets, key=lambda target: -suite_size(target[0]))
         # Workers forked from a parent that has imported what every report needs start in milliseconds, not
@@ -1121,9 +1145,13 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             pending = [pool.submit(report_suite, suite_dir, target, plots) for suite_dir, target in order]
             for finished in as_completed(pending):
-                progress(finished.result())
+                reported(finished.result)
     if stamps is not None and plots:  # every suite's stamp; a suite whose runs left results/ leaves with them
-        stamps.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+        # a refused suite is checked again next time, whatever its stamp
+        stamps.write_text(json.dumps({name: stamp for name, stamp in current.items() if name not in refused},
+                                     indent=1, sort_keys=True) + "\n")
+    if refused:
+        raise SystemExit(f"error: not reported: {', '.join(refused)} (above: why)")
 
 
 def headline(table_paths: list[Path]) -> str:

@@ -139,15 +139,21 @@ def mixed_configurations(runs: list[dict]) -> str | None:
     averaged as seeds."""
     from benchmarks.engine.config import differing_keys, numbers_relevant
 
-    def configuration(run: dict) -> dict:
-        config = {k: v for k, v in numbers_relevant(run["config"]).items()
+    def configuration(run: dict):
+        config = run["config"]
+        if not (isinstance(config, dict) and isinstance(config.get("env"), dict)):
+            return config  # not a run config as the trainer writes it: compared as it is
+        config = {k: v for k, v in numbers_relevant(config).items()
                   if k not in ("seed", "seeds", "device", "torch_threads")}
         return {**config, "algo": {k: v for k, v in config.get("algo", {}).items() if k != "backend"}}
 
     for (env, algo), group in group_runs(runs).items():
         first = configuration(group[0])
         for run in group[1:]:
-            if keys := differing_keys(first, configuration(run)):
+            other = configuration(run)
+            keys = (differing_keys(first, other) if isinstance(first, dict) and isinstance(other, dict)
+                    else ["config"] if first != other else [])
+            if keys:
                 return (f"{env}/{algo} holds runs of more than one configuration ({group[0]['dir']} and {run['dir']} "
                         f"differ in: {', '.join(keys)}): a table takes the seeds of one; name each configuration's "
                         f"directory on its own")

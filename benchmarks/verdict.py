@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from benchmarks.arguments import conf_name
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
 from benchmarks.engine.config import compose_config
-from benchmarks.runs import load_runs
+from benchmarks.runs import load_runs, mixed_configurations
 from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, space_searched, tune_config
 
 METRICS = ("final", "auc", "std")
@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"== 3/3: {args.algo} against ppo", flush=True)
     runs = [r for r in load_runs(out / "runs") if r["algo"] == args.algo]
     runs += [r for r in load_runs(root) if r["algo"] == "ppo"]
+    if (mixed := mixed_configurations(runs)) is not None:  # e.g. runs of an earlier study's values beside these
+        raise SystemExit(f"error: {mixed}")
     table = comparison(runs, args.algo)
     if table.empty:
         raise SystemExit(f"error: no task has enough complete seeds of both {args.algo} ({out / 'runs'}) and ppo "

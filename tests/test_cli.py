@@ -121,7 +121,8 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
     assert refused.returncode != 0
     assert (f"config error: {tmp_path / 'CartPole' / 'ppo' / 'seed0'} holds a complete run with a different config "
-            f"(differs in: algo.lr); add 'hydra.sweep.subdir={subdir}' to give each point of a sweep its own "
+            f"(differs in: algo.lr); choose another hydra.sweep.dir or delete it; if the points of this sweep differ "
+            f"in a key besides env, algo and seed, add 'hydra.sweep.subdir={subdir}' to give each point its own "
             f"directory") in refused.stderr
     again = run_cli(*sweep, "algo.lr=0.001", f"hydra.sweep.subdir={subdir}")
     assert again.returncode == 0, again.stderr
@@ -141,8 +142,9 @@ def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_o
         refused = run_cli("-m", "seed=0", "total_steps=512", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
     assert (f"error: {run_dir} is being trained by another process (pid {os.getpid()}); wait for it to finish, or "
-            f"choose another run directory; if that is another point of this sweep, add 'hydra.sweep.subdir={subdir}' "
-            f"to give each point of a sweep its own directory") in refused.stderr, refused.stderr
+            f"choose another run directory; if that is another point of this sweep (its points differ in a key besides "
+            f"env, algo and seed), add 'hydra.sweep.subdir={subdir}' to give each point its own directory") \
+        in refused.stderr, refused.stderr
 
 
 @pytest.mark.slow

@@ -258,7 +258,7 @@ def test_a_sweeps_command_keeps_an_interpolated_subdir_as_typed_and_quoted_for_t
     OmegaConf.save({"hydra": {"overrides": {
         "hydra": ["hydra.sweep.dir=/tmp/lr_sweep", subdir, "hydra.mode=MULTIRUN", "hydra/launcher=joblib"],
         "task": ["env=CartPole", "seed=0,1", "algo.lr=0.001,0.0003", "seeds=[0,1]"]}}}, tmp_path / "multirun.yaml")
-    assert suite_command(tmp_path) == (f"python run.py -m env=CartPole seed=0,1 algo.lr=0.001,0.0003 seeds=[0,1] "
+    assert suite_command(tmp_path) == (f"python run.py -m env=CartPole seed=0,1 algo.lr=0.001,0.0003 'seeds=[0,1]' "
                                        f"hydra.sweep.dir=/tmp/lr_sweep '{subdir}'")
 
 

@@ -42,7 +42,7 @@ def write_run(path, seed, status="complete", env="Hopper", **summary):
 
     path.mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps({
-        "status": status, "env": env, "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0, "config": {"env": {}},
+        "status": status, "env": env, "algo": "ppo", "seed": seed, "env_steps": 2048, "sps": 100.0, "config": {},
         **summary}))
     pd.DataFrame({"env_steps": [2048], "eval_return_mean": [1.0], "eval_return_std": [0.0]}).to_csv(
         path / "eval.csv", index=False)
@@ -191,12 +191,16 @@ def test_runs_of_several_configurations_of_a_preset_are_said_instead_of_averaged
             f"{suite / 'Hopper/ppo/algo.lr=0.001/seed0'} differ in: algo.lr): a table takes the seeds of one; name "
             f"each configuration's directory on its own")
     assert str(refused.value) == f"error: {line}"
-    stale = suite / "report" / "tables" / "lr_sweep.md"  # as an earlier report wrote it
-    stale.parent.mkdir(parents=True)
-    stale.write_text("seeds 2")
-    report_main([str(suite)])
+    stale = [suite / "report" / "tables" / "lr_sweep.md", suite / "report" / "plots" / "lr_sweep_aggregate.png",
+             suite / "report" / "plots" / "lr_sweep_Hopper.svg"]  # as an earlier report wrote them
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("seeds 2")
+    with pytest.raises(SystemExit) as refused:
+        report_main([str(suite)])
+    assert str(refused.value) == "error: not reported: lr_sweep (above: why)"
     assert f"lr_sweep: not reported: {line}" in capsys.readouterr().out
-    assert not stale.exists()
+    assert not any(path.exists() for path in stale)
     assert regression_main(["--reference", str(suite / "Hopper" / "ppo" / "algo.lr=0.001"),
                             "--candidate", str(suite)]) == 2
     assert capsys.readouterr().err == f"error: --candidate {suite}: {line}\n"
@@ -228,3 +232,10 @@ def test_runs_of_several_configurations_of_a_preset_are_said_instead_of_averaged
                                                            "env": {}, "torch_threads": 2, "device": "cuda"})
     main([str(how)])
     assert "Hopper  ppo   0 1" in capsys.readouterr().out
+    # a config that is no run config as the trainer writes it (no env block) is compared as it is, not a traceback
+    odd = tmp_path / "odd"
+    write_run(odd / "Hopper" / "ppo" / "seed0", 0, config={})
+    write_run(odd / "Hopper" / "ppo" / "seed1", 1, config=[1])
+    with pytest.raises(SystemExit) as refused:
+        main([str(odd)])
+    assert "differ in: config): a table takes the seeds of one" in str(refused.value)

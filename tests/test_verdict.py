@@ -185,3 +185,23 @@ def test_a_study_without_a_complete_trial_or_runs_without_enough_seeds_give_no_v
                       "--suite-args", f"hydra.sweep.dir={tmp_path / 'suite'}"])
     assert str(no_runs.value) == (f"error: no task has enough complete seeds of both ppo_kl ({tmp_path / 'out' / 'runs'}) "
                                   f"and ppo ({tmp_path / 'suite'})")
+
+
+def test_a_verdict_over_runs_of_two_configurations_of_the_candidate_is_refused(tmp_path, monkeypatch):
+    """Runs of an earlier study's values beside the new ones (each in its own directory) would be averaged as seeds
+    of one configuration: refused in one line naming two of them and the key they differ in."""
+    from test_summarize import write_run
+
+    from benchmarks import verdict
+
+    runs = tmp_path / "out" / "runs" / "CartPole" / "ppo_kl"
+    for seed, (where, kl_target) in enumerate([("earlier", 0.01), ("now", 0.02)]):
+        write_run(runs / where / f"seed{seed}", seed, env="CartPole", algo="ppo_kl",
+                  config={"algo": {"algorithm": "ppo_kl", "kl_target": kl_target}, "env": {}})
+    monkeypatch.setattr(verdict, "run", lambda command: None)
+    with pytest.raises(SystemExit) as refused:
+        verdict.main(["--algo", "ppo_kl", "--tune", "none", "--suite", "classic_10seeds", "--out", str(tmp_path / "out"),
+                      "--suite-args", f"hydra.sweep.dir={tmp_path / 'suite'}"])
+    assert str(refused.value) == (f"error: CartPole/ppo_kl holds runs of more than one configuration ({runs / 'earlier'}"
+                                  f"/seed0 and {runs / 'now'}/seed1 differ in: algo.kl_target): a table takes the "
+                                  f"seeds of one; name each configuration's directory on its own")
