@@ -113,7 +113,7 @@ def main(cfg: DictConfig) -> float | None:
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
     except RunLockedError as error:  # the other process's run: nothing of it is touched
-        print(f"error: {error}{locked_in_a_sweep()}", file=sys.stderr)
+        print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:
         # The failure is recorded in the job's own directory (train() records its own). In a
@@ -132,7 +132,7 @@ def main(cfg: DictConfig) -> float | None:
                 sys.exit(1)
             raise
         if expected:
-            log.error("job failed: %s: %s", run_dir, error)
+            log.error("job failed: %s: %s%s", run_dir, error, in_a_sweep(error))
         else:
             log.exception("job failed: %s", run_dir)
         return None
@@ -188,7 +188,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
-            print(f"error: {error}{locked_in_a_sweep()}", file=sys.stderr)
+            print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
                 gymnasium.error.Error) as caught:
@@ -200,7 +200,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
-            log.error("job failed: %s: %s", where, error)
+            log.error("job failed: %s: %s%s", where, error, in_a_sweep(error))
             return None
         for summary in summaries:
             if summary["status"] == "paused":
@@ -263,17 +263,20 @@ def say_skipped(run_dir: Path, finished: dict) -> None:
 SWEEP_SUBDIR_BY_OVERRIDES = "${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"
 
 
-def locked_in_a_sweep() -> str:
-    """In a sweep, the likeliest holder of a locked run directory is another of its points, launched in parallel."""
-    if HydraConfig.get().mode != RunMode.MULTIRUN:
-        return ""
-    return f"; if that is another point of this sweep (its points differ in a key besides env, algo and seed), " \
-           f"{own_directory_per_point()}"
+def sweep_points_hint() -> str:
+    """What a refusal over a run directory another config holds adds in a sweep: the override that separates its
+    points (a sweep over algo.lr trains each value in <env>/<algo>/seed<k> otherwise)."""
+    return (f"if the points of this sweep differ in a key besides env, algo and seed, add "
+            f"'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"' to give each point its own directory")
 
 
-def own_directory_per_point() -> str:
-    """What a refusal over a shared run directory adds in a sweep: the override that separates its points."""
-    return f"add 'hydra.sweep.subdir=\"{SWEEP_SUBDIR_BY_OVERRIDES}\"' to give each point its own directory"
+def in_a_sweep(error: Exception) -> str:
+    """The hint, after a job's refusal by a run directory held by another process or by another config's checkpoint."""
+    from benchmarks.engine.checkpoint import CheckpointOfAnotherConfig
+    from benchmarks.engine.run_dir import RunLockedError
+
+    held = isinstance(error, (RunLockedError, CheckpointOfAnotherConfig))
+    return f"; {sweep_points_hint()}" if held and HydraConfig.get().mode == RunMode.MULTIRUN else ""
 
 
 # What a run writes into its directory (besides Hydra's .hydra/ and run.log, written before the task starts).
@@ -339,9 +342,8 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
     if stored != current:
         # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
-        remedy = (f"choose another hydra.sweep.dir or delete it; if the points of this sweep differ in a key besides "
-                  f"env, algo and seed, {own_directory_per_point()}" if HydraConfig.get().mode == RunMode.MULTIRUN
-                  else "choose another hydra.run.dir or delete it")
+        remedy = (f"choose another hydra.sweep.dir or delete it; {sweep_points_hint()}"
+                  if HydraConfig.get().mode == RunMode.MULTIRUN else "choose another hydra.run.dir or delete it")
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
               f"{', '.join(differing_keys(stored, current))}); {remedy}", file=sys.stderr)
         sys.exit(2)

@@ -112,8 +112,8 @@ def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
 
 def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directory(tmp_path):
     """A sweep's runs go to <env>/<algo>/seed<k>: a second point of a sweep over algo.lr finds the first's run
-    there and is refused, with the subdir that names each point's overrides (docs/configuration.md), which
-    trains it beside the first."""
+    there (complete, or paused with its checkpoint) and is refused, with the subdir that names each point's
+    overrides (docs/configuration.md), which trains it beside the first."""
     sweep = ["-m", "seed=0", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
              "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     assert run_cli(*sweep).returncode == 0
@@ -127,6 +127,15 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     again = run_cli(*sweep, "algo.lr=0.001", f"hydra.sweep.subdir={subdir}")
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "CartPole" / "ppo" / "algo.lr=0.001,eval.episodes=1,total_steps=512" / "seed0" / "summary.json").exists()
+    # a first point paused (or interrupted) leaves its checkpoint there: the second point's refusal says the same
+    paused = [{"seed=0": "seed=1", "total_steps=512": "total_steps=4096"}.get(argument, argument) for argument in sweep]
+    assert run_cli(*paused, "pause_at_steps=2048").returncode == 0
+    refused = run_cli(*paused, "algo.lr=0.001")
+    assert refused.returncode != 0
+    assert (f"job failed: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}"
+            f"/checkpoint.pt was written with a different config (differs in: algo.lr); choose another run directory "
+            f"or delete this one; if the points of this sweep differ in a key besides env, algo and seed, add "
+            f"'hydra.sweep.subdir={subdir}' to give each point its own directory") in refused.stdout + refused.stderr
 
 
 def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_own(tmp_path):
@@ -142,9 +151,8 @@ def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_o
         refused = run_cli("-m", "seed=0", "total_steps=512", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
     assert (f"error: {run_dir} is being trained by another process (pid {os.getpid()}); wait for it to finish, or "
-            f"choose another run directory; if that is another point of this sweep (its points differ in a key besides "
-            f"env, algo and seed), add 'hydra.sweep.subdir={subdir}' to give each point its own directory") \
-        in refused.stderr, refused.stderr
+            f"choose another run directory; if the points of this sweep differ in a key besides env, algo and seed, add "
+            f"'hydra.sweep.subdir={subdir}' to give each point its own directory") in refused.stderr, refused.stderr
 
 
 @pytest.mark.slow

@@ -27,6 +27,10 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint although the run directory says there should be one."""
 
 
+class CheckpointOfAnotherConfig(CheckpointError):
+    """The run directory's checkpoint is of another config (in a sweep: often another of its points)."""
+
+
 class CheckpointDamaged(ValueError):
     """A checkpoint file whose bytes do not match the digest written with them."""
 
@@ -57,7 +61,7 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         stored = numbers_relevant(checkpoint["config"])
         current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))
         if stored != current:
-            raise CheckpointError(f"{path} was written with a different config (differs in: "
+            raise CheckpointOfAnotherConfig(f"{path} was written with a different config (differs in: "
                                   f"{', '.join(differing_keys(stored, current))}); choose another run directory or "
                                   f"delete this one")
         written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
