@@ -204,6 +204,8 @@ def test_runs_of_several_configurations_of_a_preset_are_said_instead_of_averaged
     assert regression_main(["--reference", str(suite / "Hopper" / "ppo" / "algo.lr=0.001"),
                             "--candidate", str(suite)]) == 2
     assert capsys.readouterr().err == f"error: --candidate {suite}: {line}\n"
+    assert regression_main(["--reference", str(suite), "--candidate", str(suite / "Hopper" / "ppo" / "algo.lr=0.001")]) == 2
+    assert capsys.readouterr().err == f"error: --reference {suite}: {line}\n"
     with pytest.raises(SystemExit):
         claims_main([str(suite), "--out", str(tmp_path / "claims")])
     assert capsys.readouterr().err.endswith(f"error: {suite}: {line}\n")
