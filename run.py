@@ -120,7 +120,7 @@ def main(cfg: DictConfig) -> float | None:
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
-        record_failure(run_dir, error)
+        record_failure_or_refusal(run_dir, [run_dir], error)
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
@@ -195,8 +195,8 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             error = disk_full(caught) or caught
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
-            for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
-                record_failure(run_dir, error)
+            # as a single run's: the seeds the batch could not train say why
+            record_failure_or_refusal(job_dir, [run_dir for _, run_dir in todo], error)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
@@ -318,6 +318,20 @@ def record_failure(run_dir: Path, error: BaseException) -> None:
                               {"status": "failed", "error": f"{type(error).__name__}: {error}"})
         except DiskFullError:
             pass
+
+
+def record_failure_or_refusal(job_dir: Path, run_dirs: list[Path], error: BaseException) -> None:
+    """A failed job's record: each run's summary.json; but where a run directory holds another config's checkpoint,
+    that run is the other config's (a paused point of the same sweep): its files stay as they are, and the job's
+    mark says why this job did not train (what the sweep's end lists)."""
+    from benchmarks.engine.checkpoint import CheckpointOfAnotherConfig
+    from benchmarks.engine.hydra_callbacks import refuse_job
+
+    if isinstance(error, CheckpointOfAnotherConfig):
+        refuse_job(job_dir, f"{type(error).__name__}: {error}")
+        return
+    for run_dir in run_dirs:
+        record_failure(run_dir, error)
 
 
 def is_recorded_failure(run_dir: Path) -> bool:

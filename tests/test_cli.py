@@ -1,5 +1,6 @@
 """run.py from the command line: bad input fails fast with one clear line; a good run lands where expected."""
 
+import json
 import subprocess
 import sys
 
@@ -136,6 +137,9 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
             f"/checkpoint.pt was written with a different config (differs in: algo.lr); choose another run directory "
             f"or delete this one; if the points of this sweep differ in a key besides env, algo and seed, add "
             f"'hydra.sweep.subdir={subdir}' to give each point its own directory") in refused.stdout + refused.stderr
+    assert f"FAILED {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: CheckpointOfAnotherConfig: " in refused.stdout
+    summary = json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())
+    assert summary["status"] == "paused"  # the first point's run, untouched: it resumes
 
 
 def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_own(tmp_path):
