@@ -105,7 +105,7 @@ def main(cfg: DictConfig) -> float | None:
     if known_result:
         print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    write_hydra_files(cfg, run_dir)
+    previous_record = write_hydra_files(cfg, run_dir)
     try:
         summary = train(cfg, run_dir)
     except TrainingInterrupted as interrupt:
@@ -120,7 +120,7 @@ def main(cfg: DictConfig) -> float | None:
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
-        record_failure_or_refusal(run_dir, [run_dir], error)
+        record_failure_or_refusal(run_dir, [run_dir], error, previous_record)
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
@@ -181,7 +181,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     if todo:
         log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
                  [seed for seed, _ in todo], cfg.total_steps, where)
-        write_hydra_files(cfg, job_dir)
+        previous_record = write_hydra_files(cfg, job_dir)
         try:
             summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
         except TrainingInterrupted as interrupt:
@@ -196,7 +196,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
             # as a single run's: the seeds the batch could not train say why
-            record_failure_or_refusal(job_dir, [run_dir for _, run_dir in todo], error)
+            record_failure_or_refusal(job_dir, [run_dir for _, run_dir in todo], error, previous_record)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
@@ -241,15 +241,21 @@ def mark_job(cfg: DictConfig, job_dir: Path) -> None:
                              "sweep": os.environ.get(SWEEP_ID)})
 
 
-def write_hydra_files(cfg: DictConfig, job_dir: Path) -> None:
+HYDRA_RECORD = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+def write_hydra_files(cfg: DictConfig, job_dir: Path) -> dict[str, bytes]:
     """Hydra's .hydra/ record of the job (config.yaml, hydra.yaml, overrides.yaml), written only by a job that
-    trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null)."""
+    trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null).
+    Returns the record it replaced, for a job refused by the checkpoint it finds there to put back."""
     hydra_cfg = HydraConfig.get()
     record = job_dir / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
+    previous = {name: (record / name).read_bytes() for name in HYDRA_RECORD if (record / name).exists()}
     OmegaConf.save(cfg, record / "config.yaml")
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), record / "hydra.yaml")
     OmegaConf.save(hydra_cfg.overrides.task, record / "overrides.yaml")
+    return previous
 
 
 def say_skipped(run_dir: Path, finished: dict) -> None:
@@ -320,14 +326,20 @@ def record_failure(run_dir: Path, error: BaseException) -> None:
             pass
 
 
-def record_failure_or_refusal(job_dir: Path, run_dirs: list[Path], error: BaseException) -> None:
+def record_failure_or_refusal(job_dir: Path, run_dirs: list[Path], error: BaseException,
+                              previous_record: dict[str, bytes]) -> None:
     """A failed job's record: each run's summary.json; but where a run directory holds another config's checkpoint,
-    that run is the other config's (a paused point of the same sweep): its files stay as they are, and the job's
-    mark says why this job did not train (what the sweep's end lists)."""
+    that run is the other config's (a paused point of the same sweep): its files stay as they are (its .hydra/
+    record put back), and the job's mark says why this job did not train (what the sweep's end lists)."""
     from benchmarks.engine.checkpoint import CheckpointOfAnotherConfig
     from benchmarks.engine.hydra_callbacks import refuse_job
 
     if isinstance(error, CheckpointOfAnotherConfig):
+        for name in HYDRA_RECORD:
+            if name in previous_record:
+                (job_dir / ".hydra" / name).write_bytes(previous_record[name])
+            else:
+                (job_dir / ".hydra" / name).unlink(missing_ok=True)
         refuse_job(job_dir, f"{type(error).__name__}: {error}")
         return
     for run_dir in run_dirs:

@@ -131,6 +131,7 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     # a first point paused (or interrupted) leaves its checkpoint there: the second point's refusal says the same
     paused = [{"seed=0": "seed=1", "total_steps=512": "total_steps=4096"}.get(argument, argument) for argument in sweep]
     assert run_cli(*paused, "pause_at_steps=2048").returncode == 0
+    record = {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()}
     refused = run_cli(*paused, "algo.lr=0.001")
     assert refused.returncode != 0
     assert (f"job failed: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}"
@@ -140,6 +141,8 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     assert f"FAILED {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: CheckpointOfAnotherConfig: " in refused.stdout
     summary = json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())
     assert summary["status"] == "paused"  # the first point's run, untouched: it resumes
+    assert {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()} \
+        == record  # and its record of how it was run
 
 
 def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_own(tmp_path):
