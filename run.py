@@ -79,7 +79,7 @@ def main(cfg: DictConfig) -> float | None:
 
     # heavy imports only after the config is known good
     from algorithms.population import LossReadError
-    from benchmarks.engine.checkpoint import CheckpointError
+    from benchmarks.engine.checkpoint import CheckpointError, CheckpointOfAnotherConfig
     from benchmarks.engine.run_dir import RunLockedError
     from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted, train
 
@@ -113,6 +113,7 @@ def main(cfg: DictConfig) -> float | None:
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
     except RunLockedError as error:  # the other process's run: nothing of it is touched
+        put_back_hydra_files(run_dir, previous_record)
         print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:
@@ -120,7 +121,9 @@ def main(cfg: DictConfig) -> float | None:
         # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
-        record_failure_or_refusal(run_dir, [run_dir], error, previous_record)
+        if isinstance(error, CheckpointOfAnotherConfig):
+            put_back_hydra_files(run_dir, previous_record)
+        record_failure(run_dir, error)
         import gymnasium
 
         # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
@@ -163,7 +166,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
 
     from algorithms.population import LossReadError
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
-    from benchmarks.engine.checkpoint import CheckpointError
+    from benchmarks.engine.checkpoint import CheckpointError, CheckpointOfAnotherConfig
     from benchmarks.engine.run_dir import RunLockedError
     from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
 
@@ -188,6 +191,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
+            put_back_hydra_files(job_dir, previous_record)
             print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
@@ -195,8 +199,10 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             error = disk_full(caught) or caught
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
-            # as a single run's: the seeds the batch could not train say why
-            record_failure_or_refusal(job_dir, [run_dir for _, run_dir in todo], error, previous_record)
+            if isinstance(error, CheckpointOfAnotherConfig):
+                put_back_hydra_files(job_dir, previous_record)
+            for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
+                record_failure(run_dir, error)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 print(f"error: {where}: {error}", file=sys.stderr)
                 sys.exit(1)
@@ -247,7 +253,7 @@ HYDRA_RECORD = ("config.yaml", "hydra.yaml", "overrides.yaml")
 def write_hydra_files(cfg: DictConfig, job_dir: Path) -> dict[str, bytes]:
     """Hydra's .hydra/ record of the job (config.yaml, hydra.yaml, overrides.yaml), written only by a job that
     trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null).
-    Returns the record it replaced, for a job refused by the checkpoint it finds there to put back."""
+    Returns the record it replaced, for a job that the training then refuses to put back (put_back_hydra_files)."""
     hydra_cfg = HydraConfig.get()
     record = job_dir / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
@@ -256,6 +262,19 @@ def write_hydra_files(cfg: DictConfig, job_dir: Path) -> dict[str, bytes]:
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), record / "hydra.yaml")
     OmegaConf.save(hydra_cfg.overrides.task, record / "overrides.yaml")
     return previous
+
+
+def put_back_hydra_files(job_dir: Path, previous: dict[str, bytes]) -> None:
+    """A job refused once training starts - the directory in use by another process, or holding another config's
+    checkpoint (another point of the same sweep) - leaves that run's .hydra/ record as it was."""
+    record = job_dir / ".hydra"
+    for name in HYDRA_RECORD:
+        if name in previous:
+            (record / name).write_bytes(previous[name])
+        else:
+            (record / name).unlink(missing_ok=True)
+    if not any(record.iterdir()):
+        record.rmdir()
 
 
 def say_skipped(run_dir: Path, finished: dict) -> None:
@@ -324,26 +343,6 @@ def record_failure(run_dir: Path, error: BaseException) -> None:
                               {"status": "failed", "error": f"{type(error).__name__}: {error}"})
         except DiskFullError:
             pass
-
-
-def record_failure_or_refusal(job_dir: Path, run_dirs: list[Path], error: BaseException,
-                              previous_record: dict[str, bytes]) -> None:
-    """A failed job's record: each run's summary.json; but where a run directory holds another config's checkpoint,
-    that run is the other config's (a paused point of the same sweep): its files stay as they are (its .hydra/
-    record put back), and the job's mark says why this job did not train (what the sweep's end lists)."""
-    from benchmarks.engine.checkpoint import CheckpointOfAnotherConfig
-    from benchmarks.engine.hydra_callbacks import refuse_job
-
-    if isinstance(error, CheckpointOfAnotherConfig):
-        for name in HYDRA_RECORD:
-            if name in previous_record:
-                (job_dir / ".hydra" / name).write_bytes(previous_record[name])
-            else:
-                (job_dir / ".hydra" / name).unlink(missing_ok=True)
-        refuse_job(job_dir, f"{type(error).__name__}: {error}")
-        return
-    for run_dir in run_dirs:
-        record_failure(run_dir, error)
 
 
 def is_recorded_failure(run_dir: Path) -> bool:

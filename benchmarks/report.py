@@ -1103,9 +1103,10 @@ def suite_stamp(suite_dir: Path) -> str:
 
 
 def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool = True,
-                  stamps: Path | None = None) -> None:
+                  stamps: Path | None = None) -> list[str]:
     """Every suite's report, `jobs` suites at a time, one progress line per suite as it finishes. With stamps (a
-    JSON file of suite -> suite_stamp), a suite whose runs and report code are those of its stamp is kept as it is."""
+    JSON file of suite -> suite_stamp), a suite whose runs and report code are those of its stamp is kept as it is.
+    Returns the suites not reported (NotReported), which get no stamp."""
     import time
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
@@ -1160,8 +1161,7 @@ def report_suites(suites: list[Path], out: Path | None, jobs: int, plots: bool =
         # a refused suite is checked again next time, whatever its stamp
         stamps.write_text(json.dumps({name: stamp for name, stamp in current.items() if name not in refused},
                                      indent=1, sort_keys=True) + "\n")
-    if refused:
-        raise SystemExit(f"error: not reported: {', '.join(refused)} (above: why)")
+    return refused
 
 
 def headline(table_paths: list[Path]) -> str:
@@ -1211,14 +1211,16 @@ def main(argv=None) -> None:
         return
     whole = not args.suites and not args.out
     suites = args.suites or committed_suites()
-    report_suites(suites, args.out, max(1, args.jobs), plots=not args.tables_only,
-                  stamps=STAMPS if whole and not args.force else None)
+    refused = report_suites(suites, args.out, max(1, args.jobs), plots=not args.tables_only,
+                            stamps=STAMPS if whole and not args.force else None)
     if whole and args.force and not args.tables_only:  # every suite remade: their stamps say so
-        STAMPS.write_text(json.dumps({suite.name: suite_stamp(suite) for suite in suites}, indent=1,
-                                     sort_keys=True) + "\n")
+        STAMPS.write_text(json.dumps({suite.name: suite_stamp(suite) for suite in suites if suite.name not in refused},
+                                     indent=1, sort_keys=True) + "\n")
     if whole:  # the whole results/ regenerated: its figures page too
         (RESULTS / "figures.md").write_text(figures_page(RESULTS, suites))
         print("results/figures.md: every figure with its reading")
+    if refused:
+        raise SystemExit(f"error: not reported: {', '.join(refused)} (above: why)")
 
 
 def committed_suites() -> list[Path]:

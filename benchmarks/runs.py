@@ -141,11 +141,14 @@ def mixed_configurations(runs: list[dict]) -> str | None:
 
     def configuration(run: dict):
         config = run["config"]
-        if not (isinstance(config, dict) and isinstance(config.get("env"), dict)):
+        if not isinstance(config, dict):
             return config  # not a run config as the trainer writes it: compared as it is
-        config = {k: v for k, v in numbers_relevant(config).items()
-                  if k not in ("seed", "seeds", "device", "torch_threads")}
-        return {**config, "algo": {k: v for k, v in config.get("algo", {}).items() if k != "backend"}}
+        if isinstance(config.get("env"), dict):  # as the trainer writes it (else compared as it is)
+            config = numbers_relevant(config)
+        config = {k: v for k, v in config.items() if k not in ("seed", "seeds", "device", "torch_threads")}
+        if isinstance(config.get("algo"), dict):
+            config["algo"] = {k: v for k, v in config["algo"].items() if k != "backend"}
+        return config
 
     for (env, algo), group in group_runs(runs).items():
         first = configuration(group[0])

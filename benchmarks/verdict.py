@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"== 3/3: {args.algo} against ppo", flush=True)
     runs = [r for r in load_runs(out / "runs") if r["algo"] == args.algo]
     runs += [r for r in load_runs(root) if r["algo"] == "ppo"]
-    if (mixed := mixed_configurations(runs)) is not None:  # e.g. runs of an earlier study's values beside these
+    if (mixed := mixed_configurations(runs)) is not None:  # e.g. a suite's folder that other sweeps wrote into too
         raise SystemExit(f"error: {mixed}")
     table = comparison(runs, args.algo)
     if table.empty:

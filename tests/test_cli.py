@@ -113,8 +113,9 @@ def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
 
 def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directory(tmp_path):
     """A sweep's runs go to <env>/<algo>/seed<k>: a second point of a sweep over algo.lr finds the first's run
-    there (complete, or paused with its checkpoint) and is refused, with the subdir that names each point's
-    overrides (docs/configuration.md), which trains it beside the first."""
+    there (complete, or paused with its checkpoint: its record of how it ran stays as it was, and it resumes) and
+    is refused, with the subdir that names each point's overrides (docs/configuration.md), which trains it beside
+    the first."""
     sweep = ["-m", "seed=0", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
              "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     assert run_cli(*sweep).returncode == 0
@@ -139,10 +140,11 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
             f"or delete this one; if the points of this sweep differ in a key besides env, algo and seed, add "
             f"'hydra.sweep.subdir={subdir}' to give each point its own directory") in refused.stdout + refused.stderr
     assert f"FAILED {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: CheckpointOfAnotherConfig: " in refused.stdout
-    summary = json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())
-    assert summary["status"] == "paused"  # the first point's run, untouched: it resumes
     assert {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()} \
-        == record  # and its record of how it was run
+        == record  # the first point's record of how it was run, as it was
+    resumed = run_cli(*paused)  # and its run resumes
+    assert resumed.returncode == 0 and "from its checkpoint at 2048 env steps" in resumed.stdout + resumed.stderr
+    assert json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())["status"] == "complete"
 
 
 def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_own(tmp_path):
@@ -156,6 +158,7 @@ def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_o
     run_dir.mkdir(parents=True)
     with run_lock(run_dir):
         refused = run_cli("-m", "seed=0", "total_steps=512", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
+    assert not (run_dir / ".hydra").exists()  # the running job's record (none here) as it was
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
     assert (f"error: {run_dir} is being trained by another process (pid {os.getpid()}); wait for it to finish, or "
             f"choose another run directory; if the points of this sweep differ in a key besides env, algo and seed, add "

@@ -45,7 +45,6 @@ from benchmarks.engine.checkpoint import (
     CHECKPOINT_FILES,
     CHECKPOINT_FORMAT,
     CheckpointError,
-    CheckpointOfAnotherConfig,
     load_checkpoint,
     load_rng_states,
     pack_rng,
@@ -893,8 +892,7 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             if run.active:
                 run.logger.log_hparams(run.config, final_metrics(run.last_eval))
     except Exception as error:
-        # another config's checkpoint: each directory holds that config's run, whose summary stays as it is
-        if not isinstance(error, (TrainingInterrupted, CheckpointOfAnotherConfig)):
+        if not isinstance(error, TrainingInterrupted):
             for run in runs:
                 if run.active:
                     run.write_summary("failed", error=f"{type(error).__name__}: {error}", batched=batched_info)
