@@ -128,7 +128,7 @@ def final_return_description(runs: list[dict]) -> str:
     return f"deterministic evaluation at the end of training ({episodes} episodes per seed)"
 
 
-def markdown(table: pd.DataFrame, suite: str, made: str, suite_path: str | None = None,
+def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None,
              final_return: str = "deterministic evaluation at the end of training (10 episodes per seed)") -> str:
     suite_path = suite_path or f"results/runs/{suite}"
     shown = pd.DataFrame({
@@ -153,7 +153,7 @@ def markdown(table: pd.DataFrame, suite: str, made: str, suite_path: str | None 
     })
     header = (
         f"# {suite}\n\n"
-        f"Made by {made}; table by `python -m benchmarks.report {suite_path}`.\n"
+        f"Made by `{command}`; table by `python -m benchmarks.report {suite_path}`.\n"
         f"Final return: {final_return}, mean over seeds "
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
@@ -869,16 +869,6 @@ def plot_sensitivity(runs: list[dict], suite: str, plots_dir: Path) -> list[Path
     return written
 
 
-def made_by(suite_dir: Path) -> str:
-    """A table's "Made by": the suite's command; for a folder inside a sweep (one point of a sweep over a key, in
-    the subdir its overrides name), the sweep's command and where the folder lies in it - its runs' own
-    single-run commands would train elsewhere."""
-    sweep = next((folder for folder in suite_dir.parents if (folder / "multirun.yaml").exists()), None)
-    if (suite_dir / "multirun.yaml").exists() or sweep is None:
-        return f"`{suite_command(suite_dir)}`"
-    return f"`{suite_command(sweep)}` (its runs under {suite_dir.relative_to(sweep)})"
-
-
 def suite_command(suite_dir: Path) -> str:
     """The sweep command, rebuilt from Hydra's multirun.yaml.
 
@@ -1040,7 +1030,7 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
         raise NotReported(suite, mixed)
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
-    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, made_by(suite_dir), display_path(suite_dir),
+    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),
                                                          final_return_description(runs)))
     aggregate = aggregate_table(runs)
     aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
