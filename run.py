@@ -105,7 +105,7 @@ def main(cfg: DictConfig) -> float | None:
     if known_result:
         print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    previous_record = write_hydra_files(cfg, run_dir)
+    hydra_records = write_hydra_files(cfg, run_dir)
     try:
         summary = train(cfg, run_dir)
     except TrainingInterrupted as interrupt:
@@ -113,7 +113,7 @@ def main(cfg: DictConfig) -> float | None:
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
     except RunLockedError as error:  # the other process's run: nothing of it is touched
-        put_back_hydra_files(run_dir, previous_record)
+        put_back_hydra_files(run_dir, hydra_records)
         print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:
@@ -122,7 +122,7 @@ def main(cfg: DictConfig) -> float | None:
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
         if isinstance(error, CheckpointOfAnotherConfig):
-            put_back_hydra_files(run_dir, previous_record)
+            put_back_hydra_files(run_dir, hydra_records)
         record_failure(run_dir, error)
         import gymnasium
 
@@ -184,14 +184,14 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     if todo:
         log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
                  [seed for seed, _ in todo], cfg.total_steps, where)
-        previous_record = write_hydra_files(cfg, job_dir)
+        hydra_records = write_hydra_files(cfg, job_dir)
         try:
             summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
         except TrainingInterrupted as interrupt:
             print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
-            put_back_hydra_files(job_dir, previous_record)
+            put_back_hydra_files(job_dir, hydra_records)
             print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
@@ -200,7 +200,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
             if isinstance(error, CheckpointOfAnotherConfig):
-                put_back_hydra_files(job_dir, previous_record)
+                put_back_hydra_files(job_dir, hydra_records)
             for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
                 record_failure(run_dir, error)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -250,10 +250,11 @@ def mark_job(cfg: DictConfig, job_dir: Path) -> None:
 HYDRA_RECORD = ("config.yaml", "hydra.yaml", "overrides.yaml")
 
 
-def write_hydra_files(cfg: DictConfig, job_dir: Path) -> dict[str, bytes]:
+def write_hydra_files(cfg: DictConfig, job_dir: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
     """Hydra's .hydra/ record of the job (config.yaml, hydra.yaml, overrides.yaml), written only by a job that
     trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null).
-    Returns the record it replaced, for a job that the training then refuses to put back (put_back_hydra_files)."""
+    Returns the record it replaced and the one it wrote, for a job that the training then refuses to put back
+    (put_back_hydra_files)."""
     hydra_cfg = HydraConfig.get()
     record = job_dir / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
@@ -261,19 +262,24 @@ def write_hydra_files(cfg: DictConfig, job_dir: Path) -> dict[str, bytes]:
     OmegaConf.save(cfg, record / "config.yaml")
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), record / "hydra.yaml")
     OmegaConf.save(hydra_cfg.overrides.task, record / "overrides.yaml")
-    return previous
+    return previous, {name: (record / name).read_bytes() for name in HYDRA_RECORD}
 
 
-def put_back_hydra_files(job_dir: Path, previous: dict[str, bytes]) -> None:
+def put_back_hydra_files(job_dir: Path, records: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
     """A job refused once training starts - the directory in use by another process, or holding another config's
-    checkpoint (another point of the same sweep) - leaves that run's .hydra/ record as it was."""
+    checkpoint (another point of the same sweep) - leaves that run's .hydra/ record as it was: each file this job
+    wrote goes back to what it replaced (a file another job wrote since stays)."""
+    previous, written = records
     record = job_dir / ".hydra"
     for name in HYDRA_RECORD:
+        path = record / name
+        if not path.exists() or path.read_bytes() != written[name]:
+            continue
         if name in previous:
-            (record / name).write_bytes(previous[name])
+            path.write_bytes(previous[name])
         else:
-            (record / name).unlink(missing_ok=True)
-    if not any(record.iterdir()):
+            path.unlink()
+    if record.is_dir() and not any(record.iterdir()):
         record.rmdir()
 
 
