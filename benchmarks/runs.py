@@ -131,32 +131,44 @@ def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return {key: sorted(grouped[key], key=lambda run: run["seed"]) for key in sorted(grouped)}
 
 
+def compared_configuration(run: dict):
+    """What makes two runs of a preset one configuration: its config as run.py compares them for skip and resume
+    (numbers_relevant), less the seed and how the numbers were computed (device, threads, backend)."""
+    from benchmarks.engine.config import numbers_relevant
+
+    config = run["config"]
+    if not isinstance(config, dict):
+        return config  # not a run config as the trainer writes it: compared as it is
+    if isinstance(config.get("env"), dict):  # as the trainer writes it (else compared as it is)
+        config = numbers_relevant(config)
+    config = {k: v for k, v in config.items() if k not in ("seed", "seeds", "device", "torch_threads")}
+    if isinstance(config.get("algo"), dict):
+        config["algo"] = {k: v for k, v in config["algo"].items() if k != "backend"}
+    return config
+
+
+def keys_between(configs: list) -> list[str]:
+    """The dotted keys in which some of these configurations differ (["config"] for one that is no mapping)."""
+    from benchmarks.engine.config import differing_keys
+
+    keys: set[str] = set()
+    for other in configs[1:]:  # a key two of them differ in differs from the first's in one of the two
+        if isinstance(configs[0], dict) and isinstance(other, dict):
+            keys |= set(differing_keys(configs[0], other))
+        elif configs[0] != other:
+            keys.add("config")
+    return sorted(keys)
+
+
 def mixed_configurations(runs: list[dict]) -> str | None:
-    """None when each (task, preset) holds one run per seed, all of one configuration (as run.py compares them,
-    numbers_relevant, but for the seed and how the numbers were computed: device, threads, backend); else one
-    line naming two runs that are not, and the keys they differ in. A table's row, a curve's band and a verdict
-    take the seeds of one configuration: the points of a sweep over algo.lr in one folder would otherwise be
-    averaged as seeds."""
-    from benchmarks.engine.config import differing_keys, numbers_relevant
-
-    def configuration(run: dict):
-        config = run["config"]
-        if not isinstance(config, dict):
-            return config  # not a run config as the trainer writes it: compared as it is
-        if isinstance(config.get("env"), dict):  # as the trainer writes it (else compared as it is)
-            config = numbers_relevant(config)
-        config = {k: v for k, v in config.items() if k not in ("seed", "seeds", "device", "torch_threads")}
-        if isinstance(config.get("algo"), dict):
-            config["algo"] = {k: v for k, v in config["algo"].items() if k != "backend"}
-        return config
-
+    """None when each (task, preset) holds one run per seed, all of one configuration (compared_configuration);
+    else one line naming two runs that are not, and the keys they differ in. A table's row, a curve's band and a
+    verdict take the seeds of one configuration: the points of a sweep over algo.lr in one folder would otherwise
+    be averaged as seeds."""
     for (env, algo), group in group_runs(runs).items():
-        first = configuration(group[0])
+        first = compared_configuration(group[0])
         for run in group[1:]:
-            other = configuration(run)
-            keys = (differing_keys(first, other) if isinstance(first, dict) and isinstance(other, dict)
-                    else ["config"] if first != other else [])
-            if keys:
+            if keys := keys_between([first, compared_configuration(run)]):
                 return (f"{env}/{algo} holds runs of more than one configuration ({group[0]['dir']} and {run['dir']} "
                         f"differ in: {', '.join(keys)}): a table takes the seeds of one; name each configuration's "
                         f"directory on its own")
@@ -165,6 +177,27 @@ def mixed_configurations(runs: list[dict]) -> str | None:
             return (f"{env}/{algo} holds seed {twice[0]['seed']} more than once ({twice[0]['dir']} and "
                     f"{twice[1]['dir']}, the same configuration): a table takes one run per seed; keep one")
     return None
+
+
+def one_preset_per_configuration(runs: list[dict]) -> list[dict]:
+    """The runs, a (task, preset) that holds runs of several configurations split into one preset per
+    configuration, named by its values of the keys they differ in: `ppo (algo.lr=0.001)` - a sweep over a value
+    of a preset, one row per point (benchmarks.summarize)."""
+    from benchmarks.engine.validate import get_dotted
+
+    def value(config, key: str) -> str:
+        try:
+            return str(config if key == "config" else get_dotted(config, key))
+        except KeyError:
+            return "unset"
+
+    split = []
+    for (_, algo), group in group_runs(runs).items():
+        configs = [compared_configuration(run) for run in group]
+        keys = keys_between(configs)
+        split += [{**run, "algo": f"{algo} ({','.join(f'{key}={value(config, key)}' for key in keys)})"} if keys
+                  else run for run, config in zip(group, configs)]
+    return split
 
 
 def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict]:

@@ -17,6 +17,8 @@ and episodes.csv. Columns:
 - cpu_hours: what the runs cost on one core per process: each run's training-loop time over all its
   segments, a population's shared among the seeds trained together (a total follows the table).
 Runs that are not complete (training now, interrupted, failed) are left out of the table and named below it.
+A preset whose runs hold several configurations (a sweep over algo.lr in one folder) gets a row per
+configuration, named by its values of the keys they differ in: `ppo (algo.lr=0.001)`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import number_in, run_printing_command, suite_directory
-from benchmarks.runs import eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations
+from benchmarks.runs import (eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations,
+                             one_preset_per_configuration)
 from benchmarks.tuning import training_seconds
 
 
@@ -135,6 +138,7 @@ def main(argv=None) -> None:
     left_out = left_out_lines(args.runs_dir, skipped)
     if not runs:
         raise SystemExit("\n".join([f"no complete runs under {args.runs_dir}", *left_out]))
+    runs = one_preset_per_configuration(runs)  # a sweep over a value of a preset: a row per point
     if (mixed := mixed_configurations(runs)) is not None:
         raise SystemExit(f"error: {mixed}")
     # a column no run logs is a typo, not a preset without it (None in its rows): said before anything is printed
