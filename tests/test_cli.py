@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SMALL_UPDATE
 
 
 def run_cli(*overrides, cwd=ROOT):
@@ -116,8 +116,9 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     there (complete, or paused with its checkpoint: its record of how it ran stays as it was, and it resumes) and
     is refused, with the subdir that names each point's overrides (docs/configuration.md), which trains it beside
     the first."""
-    sweep = ["-m", "seed=0", "total_steps=512", "eval.episodes=1", "logging.tensorboard=false",
-             "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    # one iteration of 4 x 128 steps and a small update: the refusals, not the training, are under test
+    sweep = ["-m", "seed=0", "total_steps=512", "env.num_steps=128", *SMALL_UPDATE, "eval.episodes=1",
+             "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     assert run_cli(*sweep).returncode == 0
     refused = run_cli(*sweep, "algo.lr=0.001")
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
@@ -128,10 +129,12 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
             f"directory") in refused.stderr
     again = run_cli(*sweep, "algo.lr=0.001", f"hydra.sweep.subdir={subdir}")
     assert again.returncode == 0, again.stderr
-    assert (tmp_path / "CartPole" / "ppo" / "algo.lr=0.001,eval.episodes=1,total_steps=512" / "seed0" / "summary.json").exists()
+    point = ("algo.lr=0.001,env.hparams.num_minibatches=8,env.hparams.update_epochs=2,env.num_steps=128,"
+             "eval.episodes=1,total_steps=512")
+    assert (tmp_path / "CartPole" / "ppo" / point / "seed0" / "summary.json").exists()
     # a first point paused (or interrupted) leaves its checkpoint there: the second point's refusal says the same
-    paused = [{"seed=0": "seed=1", "total_steps=512": "total_steps=4096"}.get(argument, argument) for argument in sweep]
-    assert run_cli(*paused, "pause_at_steps=2048").returncode == 0
+    paused = [{"seed=0": "seed=1", "total_steps=512": "total_steps=1024"}.get(argument, argument) for argument in sweep]
+    assert run_cli(*paused, "pause_at_steps=512").returncode == 0
     record = {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()}
     refused = run_cli(*paused, "algo.lr=0.001")
     assert refused.returncode != 0
@@ -143,7 +146,7 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     assert {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()} \
         == record  # the first point's record of how it was run, as it was
     resumed = run_cli(*paused)  # and its run resumes
-    assert resumed.returncode == 0 and "from its checkpoint at 2048 env steps" in resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0 and "from its checkpoint at 512 env steps" in resumed.stdout + resumed.stderr
     assert json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())["status"] == "complete"
 
 
