@@ -62,8 +62,8 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))
         if stored != current:
             raise CheckpointOfAnotherConfig(f"{path} was written with a different config (differs in: "
-                                  f"{', '.join(differing_keys(stored, current))}); choose another run directory or "
-                                  f"delete this one")
+                                            f"{', '.join(differing_keys(stored, current))}); choose another run "
+                                            f"directory or delete this one")
         written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
         if written_in != numerics.base_mode(numerics.MODE):
             raise CheckpointError(f"{path} was written with {written_in} float kernels and this process has "
