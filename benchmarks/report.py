@@ -1019,11 +1019,12 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
         # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
         return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
+    aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
+                       out / "plots" / f"{suite}_aggregate.png", out / "plots" / f"{suite}_sample_efficiency.png"]
     if (mixed := mixed_configurations(runs)) is not None:
         # what an earlier report averaged over the points goes: its tables, aggregate and figures
         tasks = sorted({run["env"] for run in runs})
-        for stale in ([out / "tables" / f"{suite}{end}" for end in (".csv", ".md", "_aggregate.csv", "_aggregate.md")]
-                      + [out / "plots" / f"{suite}{end}" for end in ("_aggregate.png", "_sample_efficiency.png")]
+        for stale in ([out / "tables" / f"{suite}.csv", out / "tables" / f"{suite}.md", *aggregate_files]
                       + [out / "plots" / f"{suite}_{task}{end}.{kind}" for task in tasks
                          for end in ("", "_vs_ppo") for kind in ("png", "svg")]):
             stale.unlink(missing_ok=True)
@@ -1033,8 +1034,6 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),
                                                          final_return_description(runs)))
     aggregate = aggregate_table(runs)
-    aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
-                       out / "plots" / f"{suite}_aggregate.png", out / "plots" / f"{suite}_sample_efficiency.png"]
     if aggregate is None:
         for path in aggregate_files:
             path.unlink(missing_ok=True)

@@ -203,6 +203,13 @@ def never_trained(trial) -> bool:
     return trial.state == optuna.trial.TrialState.FAIL and int(trial.user_attrs.get("env_steps", 0)) == 0
 
 
+def has_complete_trial(study) -> bool:
+    """Whether a study has a best trial to read (Optuna's best_trial raises without a complete one)."""
+    import optuna
+
+    return any(trial.state == optuna.trial.TrialState.COMPLETE for trial in study.trials)
+
+
 def counted(trial) -> bool:
     """A trial that counts towards n_trials and in reports: finished (complete, pruned, failed) and not
     never_trained."""
@@ -438,7 +445,7 @@ class TuningStudy:
     def log_summary(self) -> None:
         import optuna
 
-        if not any(t.state == optuna.trial.TrialState.COMPLETE for t in self.study.trials):
+        if not has_complete_trial(self.study):
             print(f"study {self.study.study_name}: {self.finished()} trials finished, none complete")
             return
         best = self.study.best_trial
@@ -547,10 +554,8 @@ def same_value(a: Any, b: Any) -> bool:
 def planned_values(tune: str, sweeper: dict, algo: str, storage: str) -> tuple[dict, str, list[str]]:
     """Study `algo`'s best values, the provenance line apply writes above them, and why the tuning's values file
     (its sweeper's values_file) cannot take them: one `error:` line each, empty when it can."""
-    import optuna
-
     study = load_study(storage, algo)
-    if not any(trial.state == optuna.trial.TrialState.COMPLETE for trial in study.trials):
+    if not has_complete_trial(study):
         return {}, "", [f"error: study {algo} in {storage} has no complete trial yet (of {len(study.trials)}): "
                         f"nothing to apply"]
     best = study.best_trial

@@ -39,7 +39,8 @@ from benchmarks.arguments import conf_name
 from benchmarks.claims import GROUP_FAMILIES, METRIC_TEXT, measure, task_families, verdict
 from benchmarks.engine.config import compose_config
 from benchmarks.runs import load_runs, mixed_configurations
-from benchmarks.tuning import PROJECT_ROOT, load_study, override_value, space_searched, tune_config
+from benchmarks.tuning import (PROJECT_ROOT, has_complete_trial, load_study, override_value, space_searched,
+                               tune_config)
 
 METRICS = ("final", "auc", "std")
 STOP_WAIT_S = 120  # after Ctrl-C, how long a step's runs get to finish their iteration and checkpoint
@@ -72,7 +73,7 @@ def best_overrides(tune: str, algo: str, study_args: list[str]) -> list[str]:
     if storage.startswith("sqlite:///"):  # a relative file is the study step's, which ran in the project root
         storage = f"sqlite:///{PROJECT_ROOT / storage.removeprefix('sqlite:///')}"
     study = load_study(storage, algo)
-    if not any(t.state.name == "COMPLETE" for t in study.trials):
+    if not has_complete_trial(study):
         raise SystemExit(f"error: study {algo} of --tune {tune} has no complete trial: rerun to go on with it")
     return [f"{key}={override_value(value)}" for key, value in study.best_trial.params.items()]
 

@@ -99,4 +99,3 @@ def differing_keys(stored: dict, current: dict, prefix: str = "") -> list[str]:
         else:
             keys.append(f"{prefix}{key}")
     return keys
-

@@ -76,8 +76,6 @@ class ConfigError(ValueError):
     """A bad configuration value; str(error) is one line per problem."""
 
 
-
-
 @dataclass
 class EvalConfig:
     every_steps: PositiveInt
