@@ -93,8 +93,6 @@ def main(cfg: DictConfig) -> float | None:
         # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
         say_skipped(run_dir, finished)
         return finished["final_eval_return_mean"]
-    log.info("training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
-             cfg.total_steps, run_dir)
     rollout = cfg.env.num_envs * cfg.env.num_steps
     trained_steps = cfg.total_steps // rollout * rollout
     if trained_steps != cfg.total_steps:  # the budget is whole iterations
@@ -107,13 +105,15 @@ def main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     hydra_records = write_hydra_files(cfg, run_dir)
     try:
-        summary = train(cfg, run_dir)
+        summary = train(cfg, run_dir, announce=lambda: log.info(
+            "training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
+            cfg.total_steps, run_dir))
     except TrainingInterrupted as interrupt:
         # Preemption stops the whole sweep, not just this job; rerunning the command resumes.
         print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
         sys.exit(128 + interrupt.signum)
     except RunLockedError as error:  # the other process's run: nothing of it is touched
-        put_back_hydra_files(run_dir, hydra_records)
+        leave_the_other_run(run_dir, hydra_records)
         print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:
@@ -122,7 +122,7 @@ def main(cfg: DictConfig) -> float | None:
         # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
         error = disk_full(error) or error
         if isinstance(error, CheckpointOfAnotherConfig):
-            put_back_hydra_files(run_dir, hydra_records)
+            leave_the_other_run(run_dir, hydra_records)
         record_failure(run_dir, error)
         import gymnasium
 
@@ -182,16 +182,18 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             finals[seed] = finished["final_eval_return_mean"]
     todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
     if todo:
-        log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s", cfg.algo.name, cfg.env.name,
-                 [seed for seed, _ in todo], cfg.total_steps, where)
         hydra_records = write_hydra_files(cfg, job_dir)
         try:
-            summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo])
+            summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo],
+                                    announce=lambda: log.info(
+                                        "training %s on %s, seeds %s in one batch, %d env steps each -> %s",
+                                        cfg.algo.name, cfg.env.name, [seed for seed, _ in todo], cfg.total_steps,
+                                        where))
         except TrainingInterrupted as interrupt:
             print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
             sys.exit(128 + interrupt.signum)
         except RunLockedError as error:
-            put_back_hydra_files(job_dir, hydra_records)
+            leave_the_other_run(job_dir, hydra_records)
             print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
             sys.exit(1)
         except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
@@ -200,7 +202,7 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
                 raise
             if isinstance(error, CheckpointOfAnotherConfig):
-                put_back_hydra_files(job_dir, hydra_records)
+                leave_the_other_run(job_dir, hydra_records)
             for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
                 record_failure(run_dir, error)
             if HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -254,7 +256,7 @@ def write_hydra_files(cfg: DictConfig, job_dir: Path) -> tuple[dict[str, bytes],
     """Hydra's .hydra/ record of the job (config.yaml, hydra.yaml, overrides.yaml), written only by a job that
     trains: a skipped or refused job leaves an earlier run's record as it was (hydra.output_subdir is null).
     Returns the record it replaced and the one it wrote, for a job that the training then refuses to put back
-    (put_back_hydra_files)."""
+    (leave_the_other_run)."""
     hydra_cfg = HydraConfig.get()
     record = job_dir / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
@@ -265,10 +267,17 @@ def write_hydra_files(cfg: DictConfig, job_dir: Path) -> tuple[dict[str, bytes],
     return previous, {name: (record / name).read_bytes() for name in HYDRA_RECORD}
 
 
-def put_back_hydra_files(job_dir: Path, records: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
+def leave_the_other_run(job_dir: Path, records: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
     """A job refused once training starts - the directory in use by another process, or holding another config's
-    checkpoint (another point of the same sweep) - leaves that run's .hydra/ record as it was: each file this job
-    wrote goes back to what it replaced (a file another job wrote since stays)."""
+    checkpoint (another point of the same sweep) - leaves that run as it was. Its run.log: Hydra's file handler
+    for it is closed, so that what this job says next goes to the console only (the "training ..." line waits for
+    the trainer's announce). Its .hydra/ record: each file this job wrote goes back to what it replaced (a file
+    another job wrote since stays)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).resolve().parent == job_dir.resolve():
+            root.removeHandler(handler)
+            handler.close()
     previous, written = records
     record = job_dir / ".hydra"
     for name in HYDRA_RECORD:

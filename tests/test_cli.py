@@ -136,6 +136,7 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     paused = [{"seed=0": "seed=1", "total_steps=512": "total_steps=1024"}.get(argument, argument) for argument in sweep]
     assert run_cli(*paused, "pause_at_steps=512").returncode == 0
     record = {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()}
+    run_log = (tmp_path / "CartPole" / "ppo" / "seed1" / "run.log").read_bytes()
     refused = run_cli(*paused, "algo.lr=0.001")
     assert refused.returncode != 0
     assert (f"job failed: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: {tmp_path / 'CartPole' / 'ppo' / 'seed1'}"
@@ -145,6 +146,7 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
     assert f"FAILED {tmp_path / 'CartPole' / 'ppo' / 'seed1'}: CheckpointOfAnotherConfig: " in refused.stdout
     assert {path.name: path.read_bytes() for path in (tmp_path / "CartPole" / "ppo" / "seed1" / ".hydra").iterdir()} \
         == record  # the first point's record of how it was run, as it was
+    assert (tmp_path / "CartPole" / "ppo" / "seed1" / "run.log").read_bytes() == run_log  # its log: no refused job's line
     resumed = run_cli(*paused)  # and its run resumes
     assert resumed.returncode == 0 and "from its checkpoint at 512 env steps" in resumed.stdout + resumed.stderr
     assert json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())["status"] == "complete"
@@ -162,6 +164,7 @@ def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_o
     with run_lock(run_dir):
         refused = run_cli("-m", "seed=0", "total_steps=512", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
     assert not (run_dir / ".hydra").exists()  # the running job's record (none here) as it was
+    assert not (run_dir / "run.log").exists() or not (run_dir / "run.log").read_text()  # and its log: no line of this job
     subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
     assert (f"error: {run_dir} is being trained by another process (pid {os.getpid()}); wait for it to finish, or "
             f"choose another run directory; if the points of this sweep differ in a key besides env, algo and seed, add "

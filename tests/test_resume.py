@@ -331,6 +331,7 @@ def test_a_second_process_on_a_run_directory_in_use_is_refused_and_touches_nothi
     assert first.wait(timeout=60) == 128 + signal.SIGTERM
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
     assert pd.read_csv(run / "eval.csv")["env_steps"].is_monotonic_increasing
+    assert (run / "run.log").read_text().count(" - training ppo on CartPole") == 1  # the first's: none of the second's
 
 
 def test_no_readable_checkpoint_is_a_one_line_error_never_a_fresh_start(make_config, tmp_path):

@@ -29,6 +29,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -695,19 +696,23 @@ def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
 
 
 def train_batch(cfg: DictConfig, run_dirs: list[Path], seeds: list[int] | None = None,
-                one_run: bool = False) -> list[dict]:
+                one_run: bool = False, announce: Callable[[], None] | None = None) -> list[dict]:
     """Train `seeds` (default: all of cfg.seeds) for cfg.total_steps env steps in lockstep, seed k into
     run_dirs[k]; one summary per seed that completed (a seed whose numbers went non-finite stops alone).
-    one_run: a single run (train()'s population of one), whose error is the run's own, said once by its caller."""
+    one_run: a single run (train()'s population of one), whose error is the run's own, said once by its caller.
+    announce: called once the run directories are this process's (locked) and hold no checkpoint of another
+    config - run.py's "training ..." line, which a refused process would otherwise write into the log of the run
+    that refused it."""
     seeds = list(cfg.seeds) if seeds is None else list(seeds)
     with contextlib.ExitStack() as locks:
         for run_dir in run_dirs:
             Path(run_dir).mkdir(parents=True, exist_ok=True)
             locks.enter_context(run_lock(Path(run_dir)))
-        return train_batch_locked(cfg, run_dirs, seeds, one_run)
+        return train_batch_locked(cfg, run_dirs, seeds, one_run, announce)
 
 
-def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False) -> list[dict]:
+def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], one_run: bool = False,
+                       announce: Callable[[], None] | None = None) -> list[dict]:
     commit = git_commit()
     torch.set_num_threads(cfg.torch_threads)
     if cfg.algo.backend not in ("compiled", "torch"):
@@ -734,7 +739,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         # code. Inside the try: a population refused here (LossReadError) is recorded in each seed's summary.
         population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
         batched_info["program"] = population.mode
-        for run, checkpoint in zip(runs, lockstep_checkpoints(runs)):
+        checkpoints = lockstep_checkpoints(runs)  # refuses another config's checkpoint
+        if announce is not None:
+            announce()
+        for run, checkpoint in zip(runs, checkpoints):
             run.start(checkpoint)
         population.optimizer_from_seeds()
         start_iteration = runs[0].iteration + 1

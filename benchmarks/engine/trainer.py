@@ -200,16 +200,17 @@ class PhaseTimes:
         self.seconds[phase] += seconds
 
 
-def train(cfg: DictConfig, run_dir: Path) -> dict:
+def train(cfg: DictConfig, run_dir: Path, announce=None) -> dict:
     """Train one (algo, env, seed) for cfg.total_steps env steps; write logs to run_dir; return the summary.
 
     A single run is a population of one, trained by the one training loop (benchmarks/engine/batch_trainer.py).
     If run_dir holds a checkpoint of the same config, training resumes from it and logs exactly what an
-    uninterrupted run would have logged. One process at a time per run directory (run_lock).
+    uninterrupted run would have logged. One process at a time per run directory (run_lock). announce: called
+    once the directory is this process's (train_batch).
     """
     from benchmarks.engine.batch_trainer import train_batch  # it builds on this module's pieces
 
-    return train_batch(cfg, [Path(run_dir)], [cfg.seed], one_run=True)[0]
+    return train_batch(cfg, [Path(run_dir)], [cfg.seed], one_run=True, announce=announce)[0]
 
 
 def pause_requested(cfg: DictConfig, env_steps: int, iteration: int, num_iterations: int) -> bool:
