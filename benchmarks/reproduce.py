@@ -39,7 +39,7 @@ from benchmarks.engine.run_dir import machine, module_source
 from benchmarks.engine.validate import ALGO_PRESETS
 from benchmarks.engine.trainer import train
 from benchmarks.arguments import existing_directory
-from benchmarks.runs import group_runs, load_runs
+from benchmarks.runs import group_runs, incomplete_summary, load_runs, read_summary, why_not_complete
 
 COMPARED_LOGS = ("train.csv", "eval.csv", "episodes.csv")
 
@@ -232,6 +232,10 @@ def runs_to_check(paths: list[Path], one_per_preset: bool) -> list[Path]:
     run_dirs = []
     for path in paths:
         if (path / "summary.json").is_file():
+            summary = read_summary(path)
+            reason = why_not_complete(summary) or incomplete_summary(summary)
+            if reason is not None:
+                raise ValueError(f"{path}: {reason}: only a complete run is reproduced")
             run_dirs.append(path)
             continue
         runs = load_runs(path)

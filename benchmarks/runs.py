@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 # its pid inside, removed as the lock is released.
 LOCK_FILE = ".lock"
 
-# What the readers of a run take from its summary.json
+# What the readers of a run take from its summary.json, and from the config stored in it (every run the trainer
+# writes has them; a key a stored run predates is filled by benchmarks.engine.config.with_later_keys)
 REQUIRED_SUMMARY_KEYS = ("status", "env", "algo", "seed", "env_steps", "sps", "config")
+REQUIRED_CONFIG_KEYS = ("env.name", "env.id", "env.family", "algo.name", "algo.algorithm")
 # CleanRL's metric: the mean return of a run's last 100 training episodes (also all a packed suite keeps of its
 # episodes log, benchmarks/pack.py)
 LAST_EPISODES = 100
@@ -200,6 +202,21 @@ def one_preset_per_configuration(runs: list[dict]) -> list[dict]:
     return split
 
 
+def incomplete_summary(summary: dict) -> str | None:
+    """Why a complete run's summary.json cannot be read (a key of REQUIRED_SUMMARY_KEYS or of
+    REQUIRED_CONFIG_KEYS missing: a file edited or written by something else), or None."""
+    missing = [key for key in REQUIRED_SUMMARY_KEYS if key not in summary]
+    if missing:
+        return f"corrupt summary.json (missing {', '.join(missing)})"
+    sections = summary["config"] if isinstance(summary["config"], dict) else {}
+    missing = []
+    for key in REQUIRED_CONFIG_KEYS:
+        section, name = key.split(".")
+        if not isinstance(sections.get(section), dict) or name not in sections[section]:
+            missing.append(key)
+    return f"corrupt summary.json (its config has no {', '.join(missing)})" if missing else None
+
+
 def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict]:
     """One dict per complete run: env, algo, seed, env_steps, sps, dir, config, and its eval/episodes tables.
 
@@ -217,8 +234,8 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
             pid = trainer_pid(run_dir)
             if pid is not None:  # its summary is the last segment's (interrupted, or none yet)
                 reason = f"training now (pid {pid})"
-        if reason is None and any(key not in summary for key in REQUIRED_SUMMARY_KEYS):
-            reason = f"corrupt summary.json (missing {', '.join(k for k in REQUIRED_SUMMARY_KEYS if k not in summary)})"
+        if reason is None:
+            reason = incomplete_summary(summary)
         if reason is None:
             try:
                 eval_log = numeric_log(run_dir / "eval.csv", ("env_steps", "eval_return_mean"))

@@ -127,10 +127,12 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     import json
     import shutil
 
+    from benchmarks.reproduce import runs_to_check
+
     suite = tmp_path / "runs" / "mixed"
     good = suite / "CartPole" / "ppo" / "seed0"
     train(make_config(["env=CartPole", "algo=ppo", "total_steps=1024", "eval.every_steps=512", *QUIET]), good)
-    for name in ("seed1", "seed2", "seed3", "seed4", "seed5", "seed6", "seed7", "seed8", "seed9"):
+    for name in ("seed1", "seed2", "seed3", "seed4", "seed5", "seed6", "seed7", "seed8", "seed9", "seed10", "seed11"):
         shutil.copytree(good, good.parent / name)
     (good.parent / "seed1" / "summary.json").write_text(json.dumps({"status": "failed", "error": "NonFiniteError: x"}))
     (good.parent / "seed2" / "summary.json").unlink()  # killed: resumable
@@ -143,6 +145,10 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     (good.parent / "seed8" / "train.csv").write_text("something else entirely\n1\n")
     with (good.parent / "seed9" / "eval.csv").open("a") as log:
         log.write("x,y,z\n")
+    summary = json.loads((good / "summary.json").read_text())
+    del summary["config"]["env"]  # the keys every reader of a run's config takes
+    (good.parent / "seed10" / "summary.json").write_text(json.dumps(summary))
+    (good.parent / "seed11" / "summary.json").write_text(json.dumps({**summary, "config": "not a mapping"}))
     with (good / "eval.csv").open("a") as log:
         log.write("1536,3,0.5,20")  # a half-written last row is dropped, not a reason to skip
     report_main([str(suite), "--out", str(tmp_path / "out")])
@@ -156,7 +162,15 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     assert "skipped CartPole/ppo/seed7: corrupt logs (ValueError: train.csv: column env_steps is not numeric" in out
     assert "skipped CartPole/ppo/seed8: corrupt logs (ValueError: train.csv lacks env_steps" in out
     assert "skipped CartPole/ppo/seed9: corrupt logs (ValueError: eval.csv: column env_steps is not numeric" in out
+    assert "skipped CartPole/ppo/seed10: corrupt summary.json (its config has no env.name, env.id, env.family)" in out
+    assert ("skipped CartPole/ppo/seed11: corrupt summary.json (its config has no env.name, env.id, env.family, "
+            "algo.name, algo.algorithm)") in out
     assert "mixed: 1 runs" in out
+    with pytest.raises(ValueError, match=r"seed10: corrupt summary.json \(its config has no env.name, env.id, "
+                                         r"env.family\): only a complete run is reproduced"):
+        runs_to_check([good.parent / "seed10"], one_per_preset=False)  # python -m benchmarks.reproduce <run>
+    with pytest.raises(ValueError, match="seed1: failed: NonFiniteError: x: only a complete run is reproduced"):
+        runs_to_check([good.parent / "seed1"], one_per_preset=False)
 
 
 def test_a_run_that_finishes_no_training_episode_is_reported_packed_or_not(make_config, tmp_path, capsys):
