@@ -77,14 +77,10 @@ def main(cfg: DictConfig) -> float | None:
 
     note_task_override(cfg)
 
-    # heavy imports only after the config is known good
-    from algorithms.population import LossReadError
-    from benchmarks.engine.checkpoint import CheckpointError, CheckpointOfAnotherConfig
-    from benchmarks.engine.run_dir import RunLockedError
-    from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted, train
-
     if cfg.seeds is not None:
         return main_batch(cfg, Path(HydraConfig.get().runtime.output_dir))
+    from benchmarks.engine.trainer import train  # heavy imports only after the config is known good
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.restart:
         start_afresh(run_dir)
@@ -93,52 +89,12 @@ def main(cfg: DictConfig) -> float | None:
         # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
         say_skipped(run_dir, finished)
         return finished["final_eval_return_mean"]
-    rollout = cfg.env.num_envs * cfg.env.num_steps
-    trained_steps = cfg.total_steps // rollout * rollout
-    if trained_steps != cfg.total_steps:  # the budget is whole iterations
-        print(f"note: total_steps={cfg.total_steps} trains {trained_steps} env steps ({trained_steps // rollout} "
-              f"iteration(s) of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
-    # A measured result the user should know before spending the compute (env.tuned.<preset>.known_result).
-    known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
-    if known_result:
-        print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    hydra_records = write_hydra_files(cfg, run_dir)
-    try:
-        summary = train(cfg, run_dir, announce=lambda: log.info(
-            "training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed,
-            cfg.total_steps, run_dir))
-    except TrainingInterrupted as interrupt:
-        # Preemption stops the whole sweep, not just this job; rerunning the command resumes.
-        print(f"interrupted: {run_dir}: {interrupt}", file=sys.stderr)
-        sys.exit(128 + interrupt.signum)
-    except RunLockedError as error:  # the other process's run: nothing of it is touched
-        leave_the_other_run(run_dir, hydra_records)
-        print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
-        sys.exit(1)
-    except Exception as error:
-        # The failure is recorded in the job's own directory (train() records its own). In a
-        # sweep the other jobs go on, and the sweep's end lists every failure and exits non-zero
-        # (benchmarks/engine/hydra_callbacks.py); a single run fails here.
-        error = disk_full(error) or error
-        if isinstance(error, CheckpointOfAnotherConfig):
-            leave_the_other_run(run_dir, hydra_records)
-        record_failure(run_dir, error)
-        import gymnasium
-
-        # a task id Gymnasium does not know (env.id=Foo-v0) is bad input, said in one line like the others
-        expected = isinstance(error, (NonFiniteError, CheckpointError, DiskFullError, LossReadError,
-                                      gymnasium.error.Error))
-        if not multirun:
-            if expected:  # one line, no traceback: the message says what happened and where
-                print(f"error: {run_dir}: {error}", file=sys.stderr)
-                sys.exit(1)
-            raise
-        if expected:
-            log.error("job failed: %s: %s%s", run_dir, error, in_a_sweep(error))
-        else:
-            log.exception("job failed: %s", run_dir)
+    summaries = train_job(cfg, run_dir, [run_dir], lambda: [train(cfg, run_dir, announce=lambda: log.info(
+        "training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed, cfg.total_steps,
+        run_dir))])
+    if summaries is None:
         return None
+    summary = summaries[0]
     if summary["status"] == "paused":
         log.info("paused at %d env steps (pause_at_steps=%d): rerun without it to continue", summary["env_steps"],
                  cfg.pause_at_steps)
@@ -146,6 +102,66 @@ def main(cfg: DictConfig) -> float | None:
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def say_before_training(cfg: DictConfig) -> None:
+    """Notes on the console before the compute is spent: a budget that is not whole iterations, and a measured
+    result of the preset on the task's family (env.tuned.<preset>.known_result)."""
+    rollout = cfg.env.num_envs * cfg.env.num_steps
+    trained_steps = cfg.total_steps // rollout * rollout
+    if trained_steps != cfg.total_steps:  # the budget is whole iterations
+        print(f"note: total_steps={cfg.total_steps} trains {trained_steps} env steps ({trained_steps // rollout} "
+              f"iteration(s) of {cfg.env.num_envs} envs x {cfg.env.num_steps} steps)", file=sys.stderr)
+    known_result = OmegaConf.select(cfg, f"env.tuned.{cfg.algo.name}.known_result", default=None)
+    if known_result:
+        print(f"note: {cfg.algo.name} on the {cfg.env.family} family: {known_result}", file=sys.stderr)
+
+
+def train_job(cfg: DictConfig, job_dir: Path, run_dirs: list[Path], training) -> list[dict] | None:
+    """training() - a single run's or a batch's, into run_dirs - with the one set of answers to how it ends, and
+    its summaries. None: it failed in a sweep (recorded in each run's summary.json and logged; the other jobs go
+    on, and the sweep's end lists every failure and exits non-zero, benchmarks/engine/hydra_callbacks.py).
+    Otherwise a failure ends the process: in one line where the error says what happened and where, with its
+    traceback where it is a fault of the code."""
+    import gymnasium
+
+    from algorithms.population import LossReadError
+    from benchmarks.engine.checkpoint import CheckpointError, CheckpointOfAnotherConfig
+    from benchmarks.engine.run_dir import RunLockedError
+    from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
+
+    where = run_dirs[0] if run_dirs == [job_dir] else run_dirs[0].parent  # a batch's: where its seeds' are
+    say_before_training(cfg)
+    hydra_records = write_hydra_files(cfg, job_dir)
+    try:
+        return training()
+    except TrainingInterrupted as interrupt:
+        # Preemption stops the whole sweep, not just this job; rerunning the command resumes.
+        print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
+        sys.exit(128 + interrupt.signum)
+    except RunLockedError as error:  # the other process's run: nothing of it is touched
+        leave_the_other_run(job_dir, hydra_records)
+        print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as caught:
+        error = disk_full(caught) or caught
+        if isinstance(error, CheckpointOfAnotherConfig):
+            leave_the_other_run(job_dir, hydra_records)
+        for run_dir in run_dirs:  # unless the trainer recorded its own
+            record_failure(run_dir, error)
+        # bad input or a run's own end (a task id Gymnasium does not know, env.id=Foo-v0, among them)
+        expected = isinstance(error, (NonFiniteError, CheckpointError, DiskFullError, LossReadError,
+                                      gymnasium.error.Error))
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            if expected:  # one line, no traceback: the message says what happened and where
+                print(f"error: {where}: {error}", file=sys.stderr)
+                sys.exit(1)
+            raise
+        if expected:
+            log.error("job failed: %s: %s%s", where, error, in_a_sweep(error))
+        else:
+            log.exception("job failed: %s", where)
+        return None
 
 
 def disk_full(error: BaseException) -> DiskFullError | None:
@@ -162,16 +178,9 @@ def disk_full(error: BaseException) -> DiskFullError | None:
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
-    import gymnasium
-
-    from algorithms.population import LossReadError
     from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
-    from benchmarks.engine.checkpoint import CheckpointError, CheckpointOfAnotherConfig
-    from benchmarks.engine.run_dir import RunLockedError
-    from benchmarks.engine.trainer import NonFiniteError, TrainingInterrupted
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
-    where = run_dirs[0].parent  # where the seeds' directories are
     finals = {}
     for seed, run_dir in zip(seeds, run_dirs):
         if cfg.restart:
@@ -182,35 +191,11 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             finals[seed] = finished["final_eval_return_mean"]
     todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
     if todo:
-        hydra_records = write_hydra_files(cfg, job_dir)
-        try:
-            summaries = train_batch(cfg, [run_dir for _, run_dir in todo], [seed for seed, _ in todo],
-                                    announce=lambda: log.info(
-                                        "training %s on %s, seeds %s in one batch, %d env steps each -> %s",
-                                        cfg.algo.name, cfg.env.name, [seed for seed, _ in todo], cfg.total_steps,
-                                        where))
-        except TrainingInterrupted as interrupt:
-            print(f"interrupted: {where}: {interrupt}", file=sys.stderr)
-            sys.exit(128 + interrupt.signum)
-        except RunLockedError as error:
-            leave_the_other_run(job_dir, hydra_records)
-            print(f"error: {error}{in_a_sweep(error)}", file=sys.stderr)
-            sys.exit(1)
-        except (NonFiniteError, CheckpointError, DiskFullError, LossReadError, OSError,
-                gymnasium.error.Error) as caught:
-            error = disk_full(caught) or caught
-            if isinstance(error, OSError):  # not a full disk: a real fault, with its traceback
-                raise
-            if isinstance(error, CheckpointOfAnotherConfig):
-                leave_the_other_run(job_dir, hydra_records)
-            for _, run_dir in todo:  # as a single run's: the seeds the batch could not train say why
-                record_failure(run_dir, error)
-            if HydraConfig.get().mode != RunMode.MULTIRUN:
-                print(f"error: {where}: {error}", file=sys.stderr)
-                sys.exit(1)
-            log.error("job failed: %s: %s%s", where, error, in_a_sweep(error))
-            return None
-        for summary in summaries:
+        todo_seeds, todo_dirs = [seed for seed, _ in todo], [run_dir for _, run_dir in todo]
+        summaries = train_job(cfg, job_dir, todo_dirs, lambda: train_batch(cfg, todo_dirs, todo_seeds, announce=lambda:
+                              log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s",
+                                       cfg.algo.name, cfg.env.name, todo_seeds, cfg.total_steps, todo_dirs[0].parent)))
+        for summary in summaries or []:
             if summary["status"] == "paused":
                 log.info("seed %d paused at %d env steps (pause_at_steps=%d)", summary["seed"], summary["env_steps"],
                          cfg.pause_at_steps)

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from algorithms.ppo import PPO
 from tests.conftest import ROOT
 
 
@@ -227,6 +228,30 @@ def test_a_task_failing_mid_run_is_one_line_and_recorded_in_each_seeds_summary(s
     for run_dir in [tmp_path / "run" / "seed0", tmp_path / "run" / "seed1"] if seeds else [tmp_path / "run"]:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "failed" and summary["error"] == "Error: the simulator lost its connection at step 300"
+
+
+class _UpdateRaises(PPO):
+    """A variant with a fault in its own code (algo.algorithm=tests.test_probes:_UpdateRaises)."""
+
+    def update(self, rollout, iteration):
+        raise RuntimeError("a fault in the variant's update")
+
+
+@pytest.mark.slow
+def test_a_fault_in_the_code_fails_a_batch_job_of_a_sweep_alone_and_the_sweeps_end_lists_its_seeds(tmp_path):
+    """A batch job (seeds=[...]) of a sweep that meets a fault of the code (not a refusal nor a run's own error)
+    fails as a single seed's job does: its traceback logged, each seed's summary.json saying why, the sweep's end
+    listing them and exiting 1 (not Hydra's own error, which stops the report of the sweep's other jobs)."""
+    result = run_py("-m", "env=CartPole", "algo.name=faulty", "algo.algorithm=tests.test_probes:_UpdateRaises",
+                    "algo.backend=torch", "seeds=[0,1]", "total_steps=512", "eval.episodes=1",
+                    "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
+    assert result.returncode == 1, result.stderr
+    assert f"job failed: {tmp_path}/CartPole/faulty" in result.stdout + result.stderr
+    assert "RuntimeError: a fault in the variant's update" in result.stdout + result.stderr  # with its traceback
+    assert "sweep finished: 0 of 2 runs complete (1 jobs)" in result.stdout, result.stdout + result.stderr
+    for seed in (0, 1):
+        assert f"FAILED {tmp_path}/CartPole/faulty/seed{seed}: RuntimeError: a fault in the variant's update" \
+            in result.stdout
 
 
 def test_the_trainer_refuses_spaces_the_policies_cannot_read_as_the_validator_does():
