@@ -208,7 +208,9 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
 
 def remove_if_untouched(job_dir: Path) -> None:
     """A refused config leaves no run directory behind: the one Hydra made for it holds nothing but its log and
-    the job mark, and goes (a directory holding anything else - an earlier run - is left as it is)."""
+    the job mark, and goes (a directory holding anything else - an earlier run - is left as it is), and so do
+    the directories above it inside the working directory that it leaves empty (runs/CartPole/ppo/algo.lr=-1/
+    of a refused `algo.lr=-1`)."""
     from benchmarks.engine.hydra_callbacks import JOB_MARK
 
     if HydraConfig.get().mode == RunMode.MULTIRUN or not job_dir.is_dir():
@@ -217,6 +219,10 @@ def remove_if_untouched(job_dir: Path) -> None:
         for path in job_dir.iterdir():
             path.unlink()
         job_dir.rmdir()
+        above, here = job_dir.resolve().parent, Path.cwd().resolve()
+        while here in above.parents and not any(above.iterdir()):
+            above.rmdir()
+            above = above.parent
 
 
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:

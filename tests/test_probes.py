@@ -75,6 +75,17 @@ def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message,
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
 
 
+def test_a_bad_value_in_the_default_run_directory_leaves_no_directory_above_it_either(tmp_path):
+    """The default run directory is runs/<env>/<algo>/<overrides>/seed<k> under the working directory: Hydra makes
+    all of it before the config is checked; what the refused run leaves empty goes, what holds anything stays."""
+    (tmp_path / "runs" / "CartPole" / "hp3o").mkdir(parents=True)  # another preset's runs: kept
+    (tmp_path / "runs" / "CartPole" / "hp3o" / "notes.txt").write_text("mine")
+    result = run_py("algo.lr=-1", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr == "config error: algo.lr must be a number > 0, got -1\n"
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*")) == \
+        ["runs", "runs/CartPole", "runs/CartPole/hp3o", "runs/CartPole/hp3o/notes.txt"]
+
+
 @pytest.mark.slow
 def test_a_task_id_or_name_typed_over_a_presets_is_said_in_a_note(tmp_path):
     short_run = ["env=CartPole", "total_steps=512", "eval.at_start=false", "eval.episodes=1", "logging.tensorboard=false",
