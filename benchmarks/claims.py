@@ -36,7 +36,7 @@ from benchmarks.report import RESULTS
 from benchmarks.statistics import (area_under_curve, detectable_improvement, detectable_std_ratio,
                                    probability_of_improvement, seed_std_ratio)
 from benchmarks.arguments import suite_directory
-from benchmarks.runs import eval_curves, group_runs, load_runs, mixed_configurations
+from benchmarks.runs import eval_curves, group_runs, load_runs, mixed_configurations, unequal_budgets
 from benchmarks.tuning import budget_text, used_study
 
 # A claim's task group is one task family (env.family of its runs: conf/env_family/<family>.yaml), so a task added
@@ -179,7 +179,9 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
     families = task_families(runs)
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)
                    and (task, "ppo") in scores
-                   and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS)
+                   and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS
+                   # equal budgets only: a task where the two trained different numbers of env steps is no comparison
+                   and not unequal_budgets([run for run in runs if run["env"] == task and run["algo"] in (candidate, "ppo")]))
     if not tasks:
         return None
     seeds = min(min(len(scores[(t, candidate)]), len(scores[(t, "ppo")])) for t in tasks)

@@ -51,7 +51,8 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import existing_file, suite_directory
-from benchmarks.runs import CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations
+from benchmarks.runs import (CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations,
+                            unequal_budgets)
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -105,7 +106,9 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
         if ppo.empty:
             continue
         table.loc[index, "time_vs_ppo"] = row["us_per_step"] / ppo["us_per_step"].iloc[0]
-        if row["algo"] != "ppo":
+        if row["algo"] != "ppo" and row["env_steps"] != ppo["env_steps"].iloc[0]:
+            table.loc[index, "poi_vs_ppo_note"] = f"not compared: PPO trained {int(ppo['env_steps'].iloc[0]):,} env steps"
+        elif row["algo"] != "ppo":
             candidate = curves_of[(row["task"], row["algo"])].iloc[-1].to_numpy()
             baseline = curves_of[(row["task"], "ppo")].iloc[-1].to_numpy()
             point, low, high = probability_of_improvement(candidate.reshape(-1, 1), baseline.reshape(-1, 1))
@@ -146,10 +149,11 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
         "time vs PPO": table.get("time_vs_ppo", pd.Series(np.nan, index=table.index)).map(
             lambda v: "" if pd.isna(v) else f"{v:.2f}x"),
         "P(improve over PPO) [95% CI]": [
-            "" if pd.isna(p) else f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
-            for p, lo, hi in zip(table.get("poi_vs_ppo", pd.Series(np.nan, index=table.index)),
-                                 table.get("poi_ci_low", pd.Series(np.nan, index=table.index)),
-                                 table.get("poi_ci_high", pd.Series(np.nan, index=table.index)))],
+            (note if isinstance(note, str) else "") if pd.isna(p) else f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
+            for p, lo, hi, note in zip(table.get("poi_vs_ppo", pd.Series(np.nan, index=table.index)),
+                                       table.get("poi_ci_low", pd.Series(np.nan, index=table.index)),
+                                       table.get("poi_ci_high", pd.Series(np.nan, index=table.index)),
+                                       table.get("poi_vs_ppo_note", pd.Series(np.nan, index=table.index)))],
     })
     header = (
         f"# {suite}\n\n"
@@ -573,6 +577,9 @@ def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str],
     if len(every_task) < MIN_AGGREGATE_TASKS:
         return matrices, tasks, (f"{len(every_task)} task{'s' * (len(every_task) != 1)} (an aggregate needs "
                                  f"{MIN_AGGREGATE_TASKS})")
+    unequal = unequal_budgets(runs)
+    if unequal:
+        return matrices, tasks, f"presets trained different budgets on {unequal} (an aggregate compares equal ones)"
     if len(tasks) < MIN_AGGREGATE_TASKS:
         why = {True: "no random_score in conf/env", False: "no run above its random_score"}
         unscored = [f"{task} ({why[random_score(task) is None]})" for task in every_task if task not in tasks]

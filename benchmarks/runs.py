@@ -133,6 +133,22 @@ def group_runs(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return {key: sorted(grouped[key], key=lambda run: run["seed"]) for key in sorted(grouped)}
 
 
+def unequal_budgets(runs: list[dict]) -> str | None:
+    """Where presets on one task trained different numbers of env steps (the protocol compares equal budgets),
+    e.g. "CartPole (hp3o 1,024, ppo 2,048 env steps)"; None where every task's presets trained the same. A run's
+    budget is the step of its last evaluation (the end of training: the tables' env steps)."""
+    unequal = []
+    for task in dict.fromkeys(run["env"] for run in runs):
+        steps = {}
+        for run in runs:
+            if run["env"] == task:
+                steps.setdefault(run["algo"], set()).add(int(run["eval"]["env_steps"].iloc[-1]))
+        if len(set().union(*steps.values())) > 1:
+            budgets = ", ".join(f"{algo} {'/'.join(f'{n:,}' for n in sorted(ns))}" for algo, ns in sorted(steps.items()))
+            unequal.append(f"{task} ({budgets} env steps)")
+    return "; ".join(unequal) or None
+
+
 def compared_configuration(run: dict):
     """What makes two runs of a preset one configuration: its config as run.py compares them for skip and resume
     (numbers_relevant), less the seed and how the numbers were computed (device, threads, backend)."""

@@ -35,6 +35,9 @@ def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     assert measure(runs, "hp3o", "discrete", "final") is None  # no discrete task ran
     two_seeds = [r for r in runs if not (r["env"] == "Walker2d" and r["algo"] == "hp3o" and r["seed"] == 2)]
     assert measure(two_seeds, "hp3o", "mujoco", "final")["tasks"] == "Hopper"  # Walker2d: too few seeds
+    longer = [{**r, "eval": r["eval"].assign(env_steps=[0, 100_000, 200_000])} if (r["env"], r["algo"]) ==
+              ("Walker2d", "hp3o") else r for r in runs]
+    assert measure(longer, "hp3o", "mujoco", "final")["tasks"] == "Hopper"  # Walker2d: not PPO's budget
 
 
 def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():

@@ -335,6 +335,26 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
     assert aggregate_table(below_random) is None
     assert aggregate_scope(below_random)[2] == ("1 of its 2 tasks can be normalised (an aggregate needs 2; Hopper (no "
                                                 "run above its random_score))")
+    # two tasks, but a preset trained another budget on one of them: no comparison under the protocol
+    unequal = suite(["HalfCheetah", "Hopper"], 5)
+    for run in unequal:
+        if run["env"] == "Hopper" and run["algo"] == "hp3o":
+            run["eval"]["env_steps"] = [0, 2000]
+    assert aggregate_table(unequal) is None
+    assert aggregate_scope(unequal)[2] == ("presets trained different budgets on Hopper (hp3o 2,000, ppo 1,000 env "
+                                           "steps) (an aggregate compares equal ones)")
+
+
+def test_a_preset_trained_for_another_budget_than_ppo_is_not_compared_with_it_in_the_table(monkeypatch):
+    from benchmarks import report
+
+    monkeypatch.setattr(report, "wall_time_per_step", lambda run: 1e-3)  # the fake runs have no train.csv
+    runs = [fake_run("CartPole", algo, seed, [0, steps], [10.0, 100.0 + seed + 50 * (algo == "ppo")])
+            for algo, steps in (("ppo", 2048), ("hp3o", 1024), ("ppo_kl", 2048)) for seed in range(5)]
+    table = report.suite_table(runs)
+    shown = table.set_index("algo")
+    assert pd.isna(shown.loc["hp3o", "poi_vs_ppo"]) and shown.loc["ppo_kl", "poi_vs_ppo"] == 0.0
+    assert "| not compared: PPO trained 2,048 env steps |" in report.markdown(table, "mix", "python run.py -m ...")
 
 
 def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():
