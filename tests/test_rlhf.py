@@ -674,3 +674,20 @@ def test_a_build_is_byte_identical_when_repeated(monkeypatch, tmp_path):
         assert all(path.is_relative_to(tmp_path / cache) for path in built)
         weights.append([(path / "model.safetensors").read_bytes() for path in built])
     assert weights[0] == weights[1]
+
+
+def test_random_scores_steps_a_token_task_and_a_gymnasium_task_and_refuses_an_unknown_name(capsys):
+    """`python -m benchmarks.random_scores --tasks ...` (how a task just added gets its random_score): a token task
+    is registered only as a vector env, with its family's arguments (env.kwargs); a Gymnasium task gives the number
+    its conf/env file states (CartPole: 25.08 over 50 episodes of seed 0)."""
+    from benchmarks.random_scores import main as random_scores
+
+    random_scores(["--tasks", "RLHFArithmetic", "CartPole", "--episodes", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["RLHFArithmetic", "benchmarks.rlhf.env:RLHF/Arithmetic-v0", "random_score", "0.00"]
+    assert lines[1].split()[:3] == ["CartPole", "CartPole-v1", "random_score"] and len(lines) == 2
+    random_scores(["--tasks", "CartPole"])
+    assert capsys.readouterr().out.split()[3] == "25.08"
+    with pytest.raises(SystemExit):
+        random_scores(["--tasks", "Cartpole"])
+    assert "error: argument --tasks: no conf/env/Cartpole.yaml; the tasks: Acrobot, Ant, CartPole," in capsys.readouterr().err
