@@ -406,16 +406,13 @@ def refuse_an_unusable_run_directory(arguments: list[str]) -> None:
         sys.exit(2)
 
 
-def refuse_an_unknown_choice(arguments: list[str]) -> None:
-    """A config group given an option it does not have (env=cartpole, algo=outer-ppo, hydra/launcher=jobib, one
-    value of a sweep's list): one line with the nearest option and the list, before Hydra's many lines. The options
-    are Hydra's own (conf/<group>/*.yaml and the plugins'); a search path of one's own is left to Hydra."""
-    import difflib
-
+def refuse_an_unknown_name(arguments: list[str]) -> None:
+    """A config group given an option it does not have, or a key typed that the config does not have: one line
+    each (refuse_an_unknown_choice, refuse_an_unknown_key), before Hydra's many lines. A search path of one's own
+    is left to Hydra, and so is a syntax error (Hydra says where)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ChoiceSweep
 
     overrides = [argument for argument in arguments if "=" in argument and not argument.startswith("-")]
     if any(argument.startswith(("-cp", "-cd", "--config-path", "--config-dir")) for argument in arguments) or any(
@@ -427,29 +424,85 @@ def refuse_an_unknown_choice(arguments: list[str]) -> None:
         return
     with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        for override in parsed:
-            options = loader.get_group_options(override.key_or_group) if not override.is_delete() else []
-            if not options:
-                continue  # a key, not a config group
-            if override.is_sweep_override():
-                if not isinstance(override.value(), ChoiceSweep):
-                    continue  # glob(...), range(...): Hydra expands them
-                values = list(override.value().list)
-            else:
-                values = [override.value()]
-            for value in values:
-                # a/b: a nested option; ${...}: an interpolation Hydra resolves after choosing; Name.yaml: Name
-                if (not isinstance(value, str) or "/" in value or "${" in value or value in options
-                        or value.removesuffix(".yaml") in options):
-                    continue
-                near = difflib.get_close_matches(value.lower(), [option.lower() for option in options], n=1)
-                hint = next((f" (did you mean {option}?)" for option in options if near and option.lower() == near[0]), "")
-                print(f"config error: {override.input_line}: {override.key_or_group} has no option {value or repr(value)}"
-                      f"{hint}; its options: {', '.join(options)}", file=sys.stderr)
-                sys.exit(2)
+        refuse_an_unknown_choice(parsed, loader)
+        refuse_an_unknown_key(parsed)
+
+
+def refuse_an_unknown_choice(parsed: list, loader) -> None:
+    """env=cartpole, algo=outer-ppo, hydra/launcher=jobib, one value of a sweep's list: the nearest option and the
+    list. The options are Hydra's own (conf/<group>/*.yaml and the plugins')."""
+    import difflib
+
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    for override in parsed:
+        options = loader.get_group_options(override.key_or_group) if not override.is_delete() else []
+        if not options:
+            continue  # a key, not a config group
+        if override.is_sweep_override():
+            if not isinstance(override.value(), ChoiceSweep):
+                continue  # glob(...), range(...): Hydra expands them
+            values = list(override.value().list)
+        else:
+            values = [override.value()]
+        for value in values:
+            # a/b: a nested option; ${...}: an interpolation Hydra resolves after choosing; Name.yaml: Name
+            if (not isinstance(value, str) or "/" in value or "${" in value or value in options
+                    or value.removesuffix(".yaml") in options):
+                continue
+            near = difflib.get_close_matches(value.lower(), [option.lower() for option in options], n=1)
+            hint = next((f" (did you mean {option}?)" for option in options if near and option.lower() == near[0]), "")
+            print(f"config error: {override.input_line}: {override.key_or_group} has no option {value or repr(value)}"
+                  f"{hint}; its options: {', '.join(options)}", file=sys.stderr)
+            sys.exit(2)
+
+
+def refuse_an_unknown_key(parsed: list) -> None:
+    """algo.lrr=0.001 (no key lrr in algo; Hydra adds a key only when it is typed +algo.lrr=...): the nearest key
+    and the keys there. The command's config is composed once for it (about 0.1 s); a sweep's list stands for its
+    first value."""
+    import difflib
+
+    from hydra import compose
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import ConfigCompositionException
+
+    def typed(override) -> str | None:  # the override as one value, or None where it cannot stand for the sweep
+        if not override.is_sweep_override():
+            return override.input_line
+        if isinstance(override.value(), ChoiceSweep) and override.value().list:
+            return f"{override.get_key_element()}={override.value().list[0]}"
+        return None
+
+    plain = {override.input_line: typed(override) for override in parsed}
+    try:
+        compose("config", overrides=[line for line in plain.values() if line is not None])
+        return
+    except ConfigCompositionException as error:
+        message = str(error)
+    except Exception:  # anything else: Hydra says it, as it would have
+        return
+    if not message.startswith("Could not override '") or message.split("'")[1].startswith("hydra."):
+        return  # Hydra's own keys (a launcher's, a sweeper's): Hydra names them
+    key = message.split("'")[1]
+    typed_line = next((line for line, one in plain.items() if one and one.split("=", 1)[0] == key), key)
+    try:
+        config = compose("config", overrides=[one for one in plain.values() if one and one.split("=", 1)[0] != key])
+    except Exception:
+        return
+    parent, name = key.rsplit(".", 1) if "." in key else ("", key)
+    while parent and OmegaConf.select(config, parent) is None:  # env.foo.bar: env has no key foo
+        parent, name = parent.rsplit(".", 1) if "." in parent else ("", parent)
+    node = OmegaConf.select(config, parent) if parent else config
+    keys = sorted(str(k) for k in node.keys()) if isinstance(node, DictConfig) else []
+    near = difflib.get_close_matches(name, keys, n=1)
+    where = parent or "the config"
+    print(f"config error: {typed_line}: {where} has no key {name}{f' (did you mean {near[0]}?)' if near else ''}; "
+          f"its keys: {', '.join(keys)} (a key of one's own is added with +{key}=...)", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":
     refuse_an_unusable_run_directory(sys.argv[1:])
-    refuse_an_unknown_choice(sys.argv[1:])
+    refuse_an_unknown_name(sys.argv[1:])
     main()

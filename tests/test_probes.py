@@ -66,6 +66,11 @@ def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
                                   "outer_ppo?); its options: "),
     (["hydra/launcher=jobib"], "config error: hydra/launcher=jobib: hydra/launcher has no option jobib (did you mean "
                                "joblib?); its options: "),
+    (["algo.lrr=0.001"], "config error: algo.lrr=0.001: algo has no key lrr (did you mean lr?); its keys: adam_eps, "
+                         "algorithm, "),  # Hydra adds a key only when typed +algo.lrr=...: six lines of its own
+    (["-m", "seed=0,1", "evall.episodes=3,5"], "config error: evall.episodes=3,5: the config has no key evall (did "
+                                               "you mean eval?); its keys: algo, "),
+    (["env.kwargs.x=1"], "config error: env.kwargs.x=1: env has no key kwargs; its keys: eval_episodes, "),
 ])
 def test_a_bad_value_is_one_line_and_leaves_no_run_directory(arguments, message, tmp_path):
     result = run_py(*arguments, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep")
