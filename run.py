@@ -306,7 +306,8 @@ def in_a_sweep(error: Exception) -> str:
     from benchmarks.engine.checkpoint import CheckpointOfAnotherConfig
     from benchmarks.engine.run_dir import RunLockedError
 
-    held = isinstance(error, (RunLockedError, CheckpointOfAnotherConfig))
+    # (a checkpoint of the same run in another population of seeds: that population is the remedy, said already)
+    held = isinstance(error, RunLockedError) or isinstance(error, CheckpointOfAnotherConfig) and error.keys != ["seeds"]
     return f"; {sweep_points_hint()}" if held and HydraConfig.get().mode == RunMode.MULTIRUN else ""
 
 

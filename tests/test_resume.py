@@ -377,6 +377,12 @@ def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
         train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3", "seeds=[0]"]), tmp_path)
     assert str(refused.value) == (f"{tmp_path / 'checkpoint.pt'} was written with a different config (differs in: "
                                   f"algo.lr, seeds); choose another run directory or delete this one")
+    # the same run in another population of seeds: that population is the one remedy
+    with pytest.raises(CheckpointError) as refused:
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "seeds=[0]"]), tmp_path)
+    assert str(refused.value) == (f"{tmp_path / 'checkpoint.pt'} was written by a run of its seed alone (seed=0), "
+                                  f"which alone resumes it (the seeds of a population resume in lockstep); rerun "
+                                  f"that, or delete this run directory to train it again")
 
 
 def test_the_keys_two_configs_differ_in_are_named_dotted_a_missing_key_included():

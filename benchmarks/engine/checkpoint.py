@@ -28,7 +28,12 @@ class CheckpointError(RuntimeError):
 
 
 class CheckpointOfAnotherConfig(CheckpointError):
-    """The run directory's checkpoint is of another config (in a sweep: often another of its points)."""
+    """The run directory's checkpoint is of another config (in a sweep: often another of its points); `keys`: the
+    dotted keys the two differ in."""
+
+    def __init__(self, message: str, keys: list[str]):
+        super().__init__(message)
+        self.keys = keys
 
 
 class CheckpointDamaged(ValueError):
@@ -61,9 +66,17 @@ def load_checkpoint(run_dir: Path, cfg: DictConfig) -> dict | None:
         stored = numbers_relevant(checkpoint["config"])
         current = numbers_relevant(OmegaConf.to_container(cfg, resolve=True))
         if stored != current:
+            keys = differing_keys(stored, current)
+            if keys == ["seeds"]:  # the same run, trained in another population: the one remedy is that population
+                seeds = stored["seeds"]
+                by = (f"a population of seeds=[{','.join(map(str, seeds))}]" if seeds is not None else
+                      f"a run of its seed alone (seed={stored['seed']})")
+                raise CheckpointOfAnotherConfig(f"{path} was written by {by}, which alone resumes it (the seeds of a "
+                                                f"population resume in lockstep); rerun that, or delete this run "
+                                                f"directory to train it again", keys)
             raise CheckpointOfAnotherConfig(f"{path} was written with a different config (differs in: "
-                                            f"{', '.join(differing_keys(stored, current))}); choose another run "
-                                            f"directory or delete this one")
+                                            f"{', '.join(keys)}); choose another run directory or delete this one",
+                                            keys)
         written_in = numerics.base_mode(checkpoint.get("numerics", "native"))  # older checkpoints: native
         if written_in != numerics.base_mode(numerics.MODE):
             raise CheckpointError(f"{path} was written with {written_in} float kernels and this process has "
