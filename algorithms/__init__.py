@@ -14,6 +14,7 @@ from algorithms.interface import Algorithm
 from algorithms.outer_ppo import OuterPPO
 from algorithms.ppo import PPO
 from algorithms.ppo_kl import PPOKL
+from algorithms.schema import rules_of_schema
 
 ALGORITHMS = {"ppo": PPO, "outer_ppo": OuterPPO, "hp3o": HP3O, "ppo_kl": PPOKL}
 
@@ -46,6 +47,10 @@ def algorithm_class(kind) -> type:
     if not dataclasses.is_dataclass(getattr(found, "Config", None)):
         raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name} declares no Config, the dataclass schema "
                          f"of its algo.* keys (PPO's subclasses inherit PPOConfig)")
+    try:  # every key of its schema carries its check
+        rules_of_schema(found.Config, "algo")
+    except TypeError as error:
+        raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name}.{error}") from None
     return found
 
 

@@ -138,8 +138,11 @@ def annotations_of(schema: type, field: dataclasses.Field) -> tuple:
     hint = type_hints(schema)[field.name]
     extras = getattr(hint, "__metadata__", ())
     if not any(isinstance(extra, Check) for extra in extras):
+        checked = {float: "NonNegativeFloat", int: "PositiveInt", bool: "Flag", str: "Name"}.get(hint, "PositiveFloat")
+        default = "" if field.default is dataclasses.MISSING else f" = {field.default!r}"
         raise TypeError(f"{schema.__name__}.{field.name}: a schema key is annotated with its check "
-                        f"(Annotated[type, Check]) or is a nested schema (a dataclass), got {hint!r}")
+                        f"(Annotated[type, Check]) or is a nested schema (a dataclass), got {hint!r}: e.g. "
+                        f"`{field.name}: {checked}{default}` (algorithms/schema.py holds these and the checks)")
     return extras
 
 

@@ -70,6 +70,10 @@ BAD_CONFIGS = [
     (["algo=hp3o_plus", "algo.algorithm=tests.test_validation:_HP3OVariant"], "algo.name=hp3o_plus is the preset "
      "conf/algo/hp3o_plus.yaml, whose algorithm is hp3o: algo.algorithm=tests.test_validation:_HP3OVariant under that "
      "name"),
+    (["algo.name=mine", "algo.algorithm=tests.test_validation:_PlainKeyPPO"], "algo.algorithm=tests.test_validation:"
+     "_PlainKeyPPO: tests.test_validation._PlainKeyPPO.Config.penalty: a schema key is annotated with its check "
+     "(Annotated[type, Check]) or is a nested schema (a dataclass), got <class 'float'>: e.g. `penalty: "
+     "NonNegativeFloat = 0.0` (algorithms/schema.py holds these and the checks)"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
@@ -224,6 +228,14 @@ def test_every_algorithm_declares_its_schema_and_old_runs_get_the_values_they_ra
 
 class _HP3OVariant(HP3O):
     """A variant of HP3O of one's own (module:Class), with HP3O's keys."""
+
+
+class _PlainKeyPPO(PPO):
+    """A variant whose key of its own is a plain float, with no check."""
+
+    @dataclasses.dataclass
+    class Config(PPOConfig):
+        penalty: float = 0.0
 
 
 @dataclasses.dataclass
