@@ -195,7 +195,9 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
         summaries = train_job(cfg, job_dir, todo_dirs, lambda: train_batch(cfg, todo_dirs, todo_seeds, announce=lambda:
                               log.info("training %s on %s, seeds %s in one batch, %d env steps each -> %s",
                                        cfg.algo.name, cfg.env.name, todo_seeds, cfg.total_steps, todo_dirs[0].parent)))
-        for summary in summaries or []:
+        if summaries is None:  # failed in a sweep (recorded): the job returns no score, as a single run's
+            return None
+        for summary in summaries:
             if summary["status"] == "paused":
                 log.info("seed %d paused at %d env steps (pause_at_steps=%d)", summary["seed"], summary["env_steps"],
                          cfg.pause_at_steps)
@@ -208,21 +210,26 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
 
 def remove_if_untouched(job_dir: Path) -> None:
     """A refused config leaves no run directory behind: the one Hydra made for it holds nothing but its log and
-    the job mark, and goes (a directory holding anything else - an earlier run - is left as it is), and so do
-    the directories above it inside the working directory that it leaves empty (runs/CartPole/ppo/algo.lr=-1/
-    of a refused `algo.lr=-1`)."""
+    the job mark, and goes (a directory holding anything else - an earlier run - is left as it is). In the default
+    layout, runs/ of the working directory, so do the directories above it that are then empty (Hydra makes the
+    whole path: runs/CartPole/ppo/algo.lr=-1/ of a refused `algo.lr=-1`); elsewhere (hydra.run.dir=...) only the
+    run directory goes."""
     from benchmarks.engine.hydra_callbacks import JOB_MARK
 
     if HydraConfig.get().mode == RunMode.MULTIRUN or not job_dir.is_dir():
         return  # a sweep's end reads its jobs' directories
+    runs_root = Path(HydraConfig.get().runtime.cwd).resolve() / "runs"  # conf/config.yaml's hydra.run.dir
     if {path.name for path in job_dir.iterdir()} <= {"run.log", JOB_MARK}:
+        above = job_dir.resolve().parent
         for path in job_dir.iterdir():
             path.unlink()
         job_dir.rmdir()
-        above, here = job_dir.resolve().parent, Path.cwd().resolve()
-        while here in above.parents and not any(above.iterdir()):
-            above.rmdir()
-            above = above.parent
+        try:
+            while (above == runs_root or runs_root in above.parents) and not any(above.iterdir()):
+                above.rmdir()
+                above = above.parent
+        except OSError:  # another process made or removed a directory on the way: it is theirs
+            pass
 
 
 def mark_job(cfg: DictConfig, job_dir: Path) -> None:
@@ -260,10 +267,11 @@ def write_hydra_files(cfg: DictConfig, job_dir: Path) -> tuple[dict[str, bytes],
 
 def leave_the_other_run(job_dir: Path, records: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
     """A job refused once training starts - the directory in use by another process, or holding another config's
-    checkpoint (another point of the same sweep) - leaves that run as it was. Its run.log: Hydra's file handler
-    for it is closed, so that what this job says next goes to the console only (the "training ..." line waits for
-    the trainer's announce). Its .hydra/ record: each file this job wrote goes back to what it replaced (a file
-    another job wrote since stays)."""
+    checkpoint (another point of the same sweep) - leaves that run's log and record as they were. Its run.log:
+    Hydra's file handler for it is closed, so that what this job says next goes to the console only (the
+    "training ..." line waits for the trainer's announce). Its .hydra/ record: each file this job wrote goes back
+    to what it replaced (a file another job wrote since stays). (A checkpoint's refusal is still recorded in the
+    directory's summary.json, which a sweep's end and a study read; the checkpoint resumes as before.)"""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).resolve().parent == job_dir.resolve():
@@ -409,14 +417,15 @@ def refuse_an_unusable_run_directory(arguments: list[str]) -> None:
 
 def refuse_an_unknown_name(arguments: list[str]) -> None:
     """A config group given an option it does not have, or a key typed that the config does not have: one line
-    each (refuse_an_unknown_choice, refuse_an_unknown_key), before Hydra's many lines. A search path of one's own
-    is left to Hydra, and so is a syntax error (Hydra says where)."""
+    each (refuse_an_unknown_choice, refuse_an_unknown_key), before Hydra's many lines. A search path or primary
+    config of one's own is left to Hydra, and so is a syntax error (Hydra says where)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = [argument for argument in arguments if "=" in argument and not argument.startswith("-")]
-    if any(argument.startswith(("-cp", "-cd", "--config-path", "--config-dir")) for argument in arguments) or any(
+    if any(argument.startswith(("-cp", "-cd", "-cn", "--config-path", "--config-dir", "--config-name"))
+           for argument in arguments) or any(
             override.lstrip("+~").startswith("hydra.searchpath") for override in overrides):
         return
     try:
@@ -426,7 +435,7 @@ def refuse_an_unknown_name(arguments: list[str]) -> None:
     with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         refuse_an_unknown_choice(parsed, loader)
-        refuse_an_unknown_key(parsed)
+        refuse_an_unknown_key(parsed, loader)
 
 
 def refuse_an_unknown_choice(parsed: list, loader) -> None:
@@ -458,10 +467,12 @@ def refuse_an_unknown_choice(parsed: list, loader) -> None:
             sys.exit(2)
 
 
-def refuse_an_unknown_key(parsed: list) -> None:
+def refuse_an_unknown_key(parsed: list, loader) -> None:
     """algo.lrr=0.001 (no key lrr in algo; Hydra adds a key only when it is typed +algo.lrr=...): the nearest key
-    and the keys there. The command's config is composed once for it (about 0.1 s); a sweep's list stands for its
-    first value."""
+    and the keys there. The command's config is composed once for it, a sweep's list standing for its first value.
+    Left to Hydra: a sweep of a config group that is no list (glob(...), range(...)), an experiment or sweeper that
+    chooses values itself (hydra.sweeper.params: the rlhf experiments choose env there), Hydra's own keys, and
+    whatever else Hydra reports."""
     import difflib
 
     from hydra import compose
@@ -476,6 +487,9 @@ def refuse_an_unknown_key(parsed: list) -> None:
         return None
 
     plain = {override.input_line: typed(override) for override in parsed}
+    if any(plain[override.input_line] is None and loader.get_group_options(override.key_or_group)
+           for override in parsed):
+        return  # glob(...) or range(...) over a group: which option a job gets is Hydra's to expand
     try:
         compose("config", overrides=[line for line in plain.values() if line is not None])
         return
@@ -488,19 +502,28 @@ def refuse_an_unknown_key(parsed: list) -> None:
     key = message.split("'")[1]
     typed_line = next((line for line, one in plain.items() if one and one.split("=", 1)[0] == key), key)
     try:
-        config = compose("config", overrides=[one for one in plain.values() if one and one.split("=", 1)[0] != key])
+        config = compose("config", overrides=[one for one in plain.values() if one and one.split("=", 1)[0] != key],
+                         return_hydra_config=True)
     except Exception:
         return
+    sweeper = config.hydra.sweeper
+    if sweeper.get("params") or not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return  # the sweep sets values of its own before the command line's
     parent, name = key.rsplit(".", 1) if "." in key else ("", key)
-    while parent and OmegaConf.select(config, parent) is None:  # env.foo.bar: env has no key foo
+    while parent and OmegaConf.select(config, parent, default=MISSING_NODE) is MISSING_NODE:  # env.foo.bar: no foo
         parent, name = parent.rsplit(".", 1) if "." in parent else ("", parent)
     node = OmegaConf.select(config, parent) if parent else config
-    keys = sorted(str(k) for k in node.keys()) if isinstance(node, DictConfig) else []
+    if not isinstance(node, DictConfig):
+        return  # algo.target_kl.x=1: a value, not a group of keys; Hydra says so
+    keys = sorted(str(k) for k in node.keys() if k != "hydra")
     near = difflib.get_close_matches(name, keys, n=1)
-    where = parent or "the config"
-    print(f"config error: {typed_line}: {where} has no key {name}{f' (did you mean {near[0]}?)' if near else ''}; "
-          f"its keys: {', '.join(keys)} (a key of one's own is added with +{key}=...)", file=sys.stderr)
+    own = f" (a key of an algorithm class of one's own is added with +{key}=...)" if parent == "algo" else ""
+    print(f"config error: {typed_line}: {parent or 'the config'} has no key {name}"
+          f"{f' (did you mean {near[0]}?)' if near else ''}; its keys: {', '.join(keys)}{own}", file=sys.stderr)
     sys.exit(2)
+
+
+MISSING_NODE = object()  # OmegaConf.select's default where a key is absent (None is a value a key may hold)
 
 
 if __name__ == "__main__":

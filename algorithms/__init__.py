@@ -50,7 +50,7 @@ def algorithm_class(kind) -> type:
     try:  # every key of its schema carries its check
         rules_of_schema(found.Config, "algo")
     except TypeError as error:
-        raise ValueError(f"algo.algorithm={kind}: {module_name}.{class_name}.{error}") from None
+        raise ValueError(f"algo.algorithm={kind}: the Config of {module_name}.{class_name}: {error}") from None
     return found
 
 

@@ -138,11 +138,12 @@ def annotations_of(schema: type, field: dataclasses.Field) -> tuple:
     hint = type_hints(schema)[field.name]
     extras = getattr(hint, "__metadata__", ())
     if not any(isinstance(extra, Check) for extra in extras):
-        checked = {float: "NonNegativeFloat", int: "PositiveInt", bool: "Flag", str: "Name"}.get(hint, "PositiveFloat")
+        checked = {float: "NonNegativeFloat", int: "PositiveInt", bool: "Flag", str: "Name"}.get(hint)
         default = "" if field.default is dataclasses.MISSING else f" = {field.default!r}"
+        example = f"`{field.name}: {checked}{default}`" if checked else f"`{field.name}: Annotated[<type>, <check>]`"
         raise TypeError(f"{schema.__name__}.{field.name}: a schema key is annotated with its check "
                         f"(Annotated[type, Check]) or is a nested schema (a dataclass), got {hint!r}: e.g. "
-                        f"`{field.name}: {checked}{default}` (algorithms/schema.py holds these and the checks)")
+                        f"{example} (algorithms/schema.py holds such types and the checks)")
     return extras
 
 

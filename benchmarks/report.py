@@ -577,7 +577,7 @@ def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str],
     if len(every_task) < MIN_AGGREGATE_TASKS:
         return matrices, tasks, (f"{len(every_task)} task{'s' * (len(every_task) != 1)} (an aggregate needs "
                                  f"{MIN_AGGREGATE_TASKS})")
-    unequal = unequal_budgets(runs)
+    unequal = unequal_budgets([run for run in runs if run["env"] in tasks and run["algo"] in matrices])
     if unequal:
         return matrices, tasks, f"presets trained different budgets on {unequal} (an aggregate compares equal ones)"
     if len(tasks) < MIN_AGGREGATE_TASKS:

@@ -89,6 +89,10 @@ def test_a_bad_value_in_the_default_run_directory_leaves_no_directory_above_it_e
     assert result.returncode == 2 and result.stderr == "config error: algo.lr must be a number > 0, got -1\n"
     assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*")) == \
         ["runs", "runs/CartPole", "runs/CartPole/hp3o", "runs/CartPole/hp3o/notes.txt"]
+    # a run directory given elsewhere: it goes, the (empty) directory one made for it stays
+    (tmp_path / "mine").mkdir()
+    assert run_py("algo.lr=-1", "hydra.run.dir=mine/run", cwd=tmp_path).returncode == 2
+    assert (tmp_path / "mine").is_dir() and not (tmp_path / "mine" / "run").exists()
 
 
 @pytest.mark.slow

@@ -71,9 +71,9 @@ BAD_CONFIGS = [
      "conf/algo/hp3o_plus.yaml, whose algorithm is hp3o: algo.algorithm=tests.test_validation:_HP3OVariant under that "
      "name"),
     (["algo.name=mine", "algo.algorithm=tests.test_validation:_PlainKeyPPO"], "algo.algorithm=tests.test_validation:"
-     "_PlainKeyPPO: tests.test_validation._PlainKeyPPO.Config.penalty: a schema key is annotated with its check "
-     "(Annotated[type, Check]) or is a nested schema (a dataclass), got <class 'float'>: e.g. `penalty: "
-     "NonNegativeFloat = 0.0` (algorithms/schema.py holds these and the checks)"),
+     "_PlainKeyPPO: the Config of tests.test_validation._PlainKeyPPO: Config.penalty: a schema key is annotated with "
+     "its check (Annotated[type, Check]) or is a nested schema (a dataclass), got <class 'float'>: e.g. `penalty: "
+     "NonNegativeFloat = 0.0` (algorithms/schema.py holds such types and the checks)"),
     (["algo.gae_lambda=1.5"], "algo.gae_lambda must be a number in [0, 1], got 1.5"),
     (["algo.target_kl=-0.01"], "algo.target_kl must be null or a number > 0, got -0.01"),
     (["algo.hidden_sizes=[]"], "algo.hidden_sizes must be a non-empty list of positive integers, got []"),
