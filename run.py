@@ -299,7 +299,7 @@ def say_skipped(run_dir: Path, finished: dict) -> None:
 
 # A sweep's run directory that also names the job's overrides, as a single run's does (conf/config.yaml's
 # hydra.run.dir): what a sweep over algo.lr or any key besides env, algo and seed needs (docs/configuration.md).
-SWEEP_SUBDIR_BY_OVERRIDES = "${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"
+SWEEP_SUBDIR_BY_OVERRIDES = "${env.name}/${algo.name}/${overrides_dir:${hydra:job.override_dirname}}/${seed_dir:${seed},${seeds}}"
 
 
 def sweep_points_hint() -> str:

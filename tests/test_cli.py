@@ -68,6 +68,26 @@ def test_run_directory_is_derived_from_env_algo_seed_and_every_other_override(tm
     assert (tmp_path / "runs" / "CartPole" / "ppo" / "eval.episodes=1,total_steps=1024" / "seed3" / "summary.json").exists()
     again = run_cli("total_steps=512", "seed=3", "eval.episodes=1", cwd=tmp_path)
     assert again.returncode == 0 and "already complete, skipped" in again.stdout + again.stderr
+    # a dozen values of one's own would name a directory past a file system's 255 bytes: its beginning and a digest
+    many = [f"algo.{key}={value}{'0' * 30}" for key, value in (("gamma", "0.99"), ("gae_lambda", "0.95"),
+                                                                ("clip_coef", "0.2"), ("vf_coef", "0.5"),
+                                                                ("max_grad_norm", "0.5"), ("ent_coef", "0.0"))]
+    long = run_cli("total_steps=512", "seed=3", "eval.episodes=1", "logging.tensorboard=false", *many, cwd=tmp_path)
+    assert long.returncode == 0, long.stderr
+    (named,) = [path for path in (tmp_path / "runs" / "CartPole" / "ppo").iterdir() if "sha256-" in path.name]
+    assert len(named.name.encode()) <= 200 and named.name.startswith("algo.clip_coef=0.2000")
+    assert (named / "seed3" / "summary.json").exists()
+
+
+def test_a_long_overrides_name_keeps_its_beginning_and_a_digest_of_the_whole():
+    from benchmarks.engine.validate import MAX_OVERRIDES_NAME, overrides_dir
+
+    assert overrides_dir("algo.lr=0.001,total_steps=512") == "algo.lr=0.001,total_steps=512"
+    assert overrides_dir("") == ""
+    long, longer = "a=" + "1" * 300, "a=" + "1" * 299 + "2"
+    assert len(overrides_dir(long).encode()) <= MAX_OVERRIDES_NAME and overrides_dir(long).startswith("a=111")
+    assert overrides_dir(long) == overrides_dir(long) != overrides_dir(longer)  # the same name, another for others
+    assert len(overrides_dir("é" * 200).encode()) <= MAX_OVERRIDES_NAME  # cut between characters, not bytes
 
 
 def test_tensorboard_event_file_is_written(tmp_path):
@@ -121,7 +141,7 @@ def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directo
              "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
     assert run_cli(*sweep).returncode == 0
     refused = run_cli(*sweep, "algo.lr=0.001")
-    subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
+    subdir = '"${env.name}/${algo.name}/${overrides_dir:${hydra:job.override_dirname}}/${seed_dir:${seed},${seeds}}"'
     assert refused.returncode != 0
     assert (f"config error: {tmp_path / 'CartPole' / 'ppo' / 'seed0'} holds a complete run with a different config "
             f"(differs in: algo.lr); choose another hydra.sweep.dir or delete it; if the points of this sweep differ "
@@ -165,7 +185,7 @@ def test_a_sweep_job_refused_by_a_held_run_directory_says_how_points_get_their_o
         refused = run_cli("-m", "seed=0", "total_steps=512", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}")
     assert not (run_dir / ".hydra").exists()  # the running job's record (none here) as it was
     assert not (run_dir / "run.log").exists() or not (run_dir / "run.log").read_text()  # and its log: no line of this job
-    subdir = '"${env.name}/${algo.name}/${hydra:job.override_dirname}/${seed_dir:${seed},${seeds}}"'
+    subdir = '"${env.name}/${algo.name}/${overrides_dir:${hydra:job.override_dirname}}/${seed_dir:${seed},${seeds}}"'
     assert (f"error: {run_dir} is being trained by another process (pid {os.getpid()}); wait for it to finish, or "
             f"choose another run directory; if the points of this sweep differ in a key besides env, algo and seed, add "
             f"'hydra.sweep.subdir={subdir}' to give each point its own directory") in refused.stderr, refused.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Annotated
 from pathlib import Path
@@ -48,6 +49,24 @@ def seed_dir(seed, seeds) -> str:
 
 
 OmegaConf.register_new_resolver("seed_dir", seed_dir, replace=True)
+
+# A run directory's name of overrides (conf/config.yaml: Hydra joins them, key=value,...) is kept to this many bytes:
+# a file system allows 255 per name, and a run given a dozen values of its own would otherwise fail to start.
+MAX_OVERRIDES_NAME = 200
+
+
+def overrides_dir(name: str) -> str:
+    """The overrides' part of a run directory: Hydra's name for them, or where that is longer than
+    MAX_OVERRIDES_NAME bytes its beginning and a digest of the whole, so that the same overrides still name the
+    same directory (and skip or resume there) and others another."""
+    if len(name.encode()) <= MAX_OVERRIDES_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    head = name.encode()[:MAX_OVERRIDES_NAME - len(digest) - 10].decode(errors="ignore")
+    return f"{head}...sha256-{digest}"
+
+
+OmegaConf.register_new_resolver("overrides_dir", overrides_dir, replace=True)
 
 
 def fastest_backend(algorithm: str) -> str:
