@@ -106,9 +106,11 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
         if ppo.empty:
             continue
         table.loc[index, "time_vs_ppo"] = row["us_per_step"] / ppo["us_per_step"].iloc[0]
-        if row["algo"] != "ppo" and row["env_steps"] != ppo["env_steps"].iloc[0]:
+        if row["algo"] == "ppo":
+            continue
+        if row["env_steps"] != ppo["env_steps"].iloc[0]:  # the protocol compares equal budgets only
             table.loc[index, "poi_vs_ppo_note"] = f"not compared: PPO trained {int(ppo['env_steps'].iloc[0]):,} env steps"
-        elif row["algo"] != "ppo":
+        else:
             candidate = curves_of[(row["task"], row["algo"])].iloc[-1].to_numpy()
             baseline = curves_of[(row["task"], "ppo")].iloc[-1].to_numpy()
             point, low, high = probability_of_improvement(candidate.reshape(-1, 1), baseline.reshape(-1, 1))

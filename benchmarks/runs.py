@@ -154,28 +154,19 @@ def compared_configuration(run: dict):
     (numbers_relevant), less the seed and how the numbers were computed (device, threads, backend)."""
     from benchmarks.engine.config import numbers_relevant
 
-    config = run["config"]
-    if not isinstance(config, dict):
-        return config  # not a run config as the trainer writes it: compared as it is
-    if isinstance(config.get("env"), dict):  # as the trainer writes it (else compared as it is)
-        config = numbers_relevant(config)
-    config = {k: v for k, v in config.items() if k not in ("seed", "seeds", "device", "torch_threads")}
-    if isinstance(config.get("algo"), dict):
-        config["algo"] = {k: v for k, v in config["algo"].items() if k != "backend"}
+    # load_runs leaves out a run whose config lacks its env and algo blocks (incomplete_summary)
+    config = {k: v for k, v in numbers_relevant(run["config"]).items() if k not in ("seed", "seeds", "device",
+                                                                                  "torch_threads")}
+    config["algo"] = {k: v for k, v in config["algo"].items() if k != "backend"}
     return config
 
 
-def keys_between(configs: list) -> list[str]:
-    """The dotted keys in which some of these configurations differ (["config"] for one that is no mapping)."""
+def keys_between(configs: list[dict]) -> list[str]:
+    """The dotted keys in which some of these configurations differ."""
     from benchmarks.engine.config import differing_keys
 
-    keys: set[str] = set()
-    for other in configs[1:]:  # a key two of them differ in differs from the first's in one of the two
-        if isinstance(configs[0], dict) and isinstance(other, dict):
-            keys |= set(differing_keys(configs[0], other))
-        elif configs[0] != other:
-            keys.add("config")
-    return sorted(keys)
+    # a key two of them differ in differs from the first's in one of the two
+    return sorted({key for other in configs[1:] for key in differing_keys(configs[0], other)})
 
 
 def mixed_configurations(runs: list[dict]) -> str | None:
@@ -203,9 +194,9 @@ def one_preset_per_configuration(runs: list[dict]) -> list[dict]:
     of a preset, one row per point (benchmarks.summarize)."""
     from benchmarks.engine.validate import get_dotted
 
-    def value(config, key: str) -> str:
+    def value(config: dict, key: str) -> str:
         try:
-            return str(config if key == "config" else get_dotted(config, key))
+            return str(get_dotted(config, key))
         except KeyError:
             return "unset"
 
