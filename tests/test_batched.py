@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ from benchmarks.engine.batch_trainer import train_batch
 from benchmarks.engine.checkpoint import read_checkpoint, rng_states
 from benchmarks.engine.config import compose_config
 from benchmarks.engine.trainer import train
+from tests.commands import run_python
 from tests.conftest import QUIET, ROOT, SMALL_UPDATE, assert_identical_logs
 from tests.test_resume import assert_same_metrics, launch, wait_for_rows
 
@@ -57,7 +57,7 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
     command = [sys.executable, str(ROOT / "run.py"), "-m", "algo=ppo", "env=CartPole",
                "seeds=[0,1],[2,3]", "total_steps=1024", "eval.every_steps=1024", "eval.episodes=1",
                "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    result = run_python(command, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     for seed in range(4):
         summary = json.loads((tmp_path / "CartPole" / "ppo" / f"seed{seed}" / "summary.json").read_text())
@@ -66,7 +66,7 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
     assert sorted(p.name for p in (tmp_path / "CartPole" / "ppo").iterdir()) == [
         "seed0", "seed1", "seed2", "seed3", "seeds0-1", "seeds2-3"]
     # rerunning skips the complete seeds
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    again = run_python(command, cwd=ROOT, capture_output=True, text=True)
     output = again.stdout + again.stderr
     assert again.returncode == 0 and output.count("already complete, skipped") == 4, output[-2000:]
 
@@ -75,8 +75,8 @@ def test_a_sweep_packs_seeds_into_batched_jobs_in_the_directories_of_single_seed
     (["seeds=[0,0]"], "seeds must be null (one seed, `seed`) or a list of distinct integers"),
 ])
 def test_a_batch_the_fast_path_cannot_run_is_refused_in_one_line(override, message, tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *override, f"hydra.run.dir={tmp_path}/job"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = run_python([sys.executable, str(ROOT / "run.py"), *override, f"hydra.run.dir={tmp_path}/job"],
+                        cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
 

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.claims import GROUP_FAMILIES, claims_table, measure, paper_verdict, verdict
 from benchmarks.statistics import detectable_improvement, detectable_std_ratio, seed_std_ratio
+from tests.commands import run_python
 
 
 FAMILIES = {"Pendulum": "classic_continuous", "CartPole": "classic", "RLHFPraise": "rlhf"}  # others: mujoco
@@ -244,13 +245,12 @@ def test_a_task_lands_in_the_group_of_its_own_family_with_no_list_to_update():
 @pytest.mark.slow
 def test_the_committed_claims_table_regenerates_byte_for_byte_from_the_committed_runs(tmp_path):
     """No training: benchmarks.claims over the committed tuned suites writes what results/tables holds."""
-    import subprocess
     import sys
 
     from tests.conftest import ROOT
 
-    result = subprocess.run([sys.executable, "-m", "benchmarks.claims", "--out", str(tmp_path)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = run_python([sys.executable, "-m", "benchmarks.claims", "--out", str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     for name in ("claims.md", "claims.csv"):
         assert (tmp_path / name).read_bytes() == (ROOT / "results" / "tables" / name).read_bytes(), name

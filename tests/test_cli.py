@@ -1,16 +1,17 @@
 """run.py from the command line: bad input fails fast with one clear line; a good run lands where expected."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 from conftest import ROOT, SMALL_UPDATE
 
+from tests.commands import run_python
+
 
 def run_cli(*overrides, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return run_python([sys.executable, str(ROOT / "run.py"), *overrides], cwd=cwd, capture_output=True,
+                      text=True, timeout=120)
 
 
 # The messages themselves are checked in-process (tests/test_validation.py); here, that the command line
@@ -281,8 +282,8 @@ def test_an_analysis_command_on_a_path_that_is_not_there_says_so_in_one_line(com
     (batch / "seeds0-1" / ".job").write_text('{"seeds": [0, 1]}')
     paths = {"missing": tmp_path / "nothing", "empty": tmp_path, "file": tmp_path / "file", "batch": batch,
              "job": batch / "seeds0-1"}
-    result = subprocess.run([sys.executable, "-m", f"benchmarks.{command}", argument.format(**paths)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = run_python([sys.executable, "-m", f"benchmarks.{command}", argument.format(**paths)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == f"python -m benchmarks.{command}: error: {message.format(**paths)}"
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from tests.commands import run_python
 from tests.conftest import ROOT
 
 
@@ -80,8 +81,8 @@ def test_every_command_of_the_readme_runs_as_written():
             validate_config(compose_config(run_overrides(command)))
             checked["run.py"] += 1
         elif words[:2] == ["python", "-m"]:
-            result = subprocess.run([sys.executable, "-m", words[2], "--help"], cwd=ROOT, capture_output=True,
-                                    text=True, timeout=120)
+            result = run_python([sys.executable, "-m", words[2], "--help"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
             assert result.returncode == 0, (command, result.stderr[-1000:])
             checked["-m"] += 1
         elif words[:3] == ["mkdocs", "build", "--strict"]:

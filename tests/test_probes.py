@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from algorithms.ppo import PPO
+from tests.commands import run_python
 from tests.conftest import ROOT
 
 
 def run_py(*arguments: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *arguments], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return run_python([sys.executable, str(ROOT / "run.py"), *arguments], cwd=cwd, capture_output=True,
+                      text=True, timeout=300)
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -144,17 +145,17 @@ def test_a_token_task_without_its_extra_names_the_extra(monkeypatch):
 
 
 def test_tuning_commands_name_what_does_not_exist(tmp_path):
-    report = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "nosuch"], cwd=ROOT,
-                            capture_output=True, text=True)
+    report = run_python([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "nosuch"], cwd=ROOT,
+                        capture_output=True, text=True)
     have = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "tune").glob("*.yaml")))
     assert report.returncode == 2 and report.stderr.splitlines()[-1] == (
         f"python -m benchmarks.tuning report: error: argument --tune: no conf/tune/nosuch.yaml (have: {have})")
-    apply = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "apply", "--tune", "classic", "--algo", "nosuch"],
-                           cwd=ROOT, capture_output=True, text=True)
+    apply = run_python([sys.executable, "-m", "benchmarks.tuning", "apply", "--tune", "classic", "--algo", "nosuch"],
+                       cwd=ROOT, capture_output=True, text=True)
     assert apply.returncode == 1 and apply.stderr.startswith("error: no study 'nosuch' in sqlite:///results/tuning/"
                                                              "classic.db (have: ")
     (tmp_path / "results" / "tuning").mkdir(parents=True)  # where a study run here would be: none was
-    elsewhere = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "classic", "--out",
+    elsewhere = run_python([sys.executable, "-m", "benchmarks.tuning", "report", "--tune", "classic", "--out",
                                 str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True)
     assert elsewhere.returncode == 1 and elsewhere.stderr == (
         f"error: no study database results/tuning/classic.db under {tmp_path} (a study writes it where run.py ran)\n")

@@ -11,6 +11,7 @@ from benchmarks.pack import main as pack_main
 from benchmarks.statistics import area_under_curve, bootstrap_mean_ci, interquartile_mean
 from benchmarks.report import main as report_main
 from benchmarks.engine.trainer import train
+from tests.commands import run_python
 
 
 @pytest.mark.slow
@@ -243,7 +244,6 @@ def test_a_run_writes_its_hyperparameters_and_final_return_for_tensorboards_hpar
 
 @pytest.mark.slow
 def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its_runs(tmp_path):
-    import subprocess
     import sys
 
     from conftest import ROOT
@@ -251,8 +251,8 @@ def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its
     sweep = tmp_path / "my_sweep"
     command = ["-m", "algo=ppo,outer_ppo_lr", "env=CartPole", "seed=0,1", "total_steps=1024", "eval.every_steps=512",
                "eval.episodes=1", "logging.progress_bar=false", "logging.tensorboard=false"]
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *command, f"hydra.sweep.dir={sweep}"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = run_python([sys.executable, str(ROOT / "run.py"), *command, f"hydra.sweep.dir={sweep}"],
+                        cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     report_main([str(sweep)])
     table = (sweep / "report" / "tables" / "my_sweep.md").read_text()

@@ -5,6 +5,7 @@ from conftest import QUIET, SMALL_UPDATE
 
 from benchmarks.reproduce import main as reproduce_main
 from benchmarks.engine.trainer import train
+from tests.commands import run_python
 
 
 @pytest.mark.slow
@@ -30,7 +31,6 @@ def test_reproduce_confirms_a_run_and_flags_another_backend(make_config, tmp_pat
 
 def test_a_run_of_the_retired_numpy_backend_is_named_in_one_line_and_kept_as_data(make_config, tmp_path, capsys):
     import json
-    import subprocess
     import sys
 
     from conftest import ROOT
@@ -56,7 +56,7 @@ def test_a_run_of_the_retired_numpy_backend_is_named_in_one_line_and_kept_as_dat
         "argument --set: algo.backend=numpy is a retired backend (a hand-derived gradient of PPO's loss; autograd "
         "computes it now); use algo.backend=compiled or torch\n")
     # and the command that made it (now on the compiled engine by default) counts it complete
-    again = subprocess.run([sys.executable, str(ROOT / "run.py"), "env=CartPole", "total_steps=512", *QUIET,
+    again = run_python([sys.executable, str(ROOT / "run.py"), "env=CartPole", "total_steps=512", *QUIET,
                             f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0 and f"already complete, skipped: {run_dir}" in again.stderr, again.stderr[-2000:]
 

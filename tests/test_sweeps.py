@@ -13,13 +13,14 @@ import pytest
 from conftest import ROOT, SMALL_UPDATE
 
 from benchmarks.engine.checkpoint import read_checkpoint
+from tests.commands import run_python
 from tests.test_resume import wait_for_rows
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_sweep_with_a_failing_job_keeps_the_others_and_names_the_failure(launcher, tmp_path):
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "run.py"), "-m", f"hydra/launcher={launcher}",
          "env.id=NoSuchTask-v0,CartPole-v1", "seed=0", "total_steps=1024", "eval.episodes=1",
          "logging.tensorboard=false", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
@@ -107,7 +108,7 @@ def test_a_joblib_sweep_sent_a_stop_signal_checkpoints_every_running_job_and_the
         assert summary["checkpointed"] and summary["env_steps"] < 32768
         assert read_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == summary["env_steps"]
         stopped_at[run_dir] = summary["env_steps"]
-    rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    rerun = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     for run_dir in runs:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -122,19 +123,19 @@ def test_a_refused_batch_job_records_its_failure_in_its_seeds_directories(tmp_pa
     command = [sys.executable, str(ROOT / "run.py"), "-m", "env=CartPole", "seeds=[0,1]", "total_steps=512",
                "env.num_steps=128", "eval.every_steps=256", "eval.episodes=1", "logging.tensorboard=false",
                f"hydra.sweep.dir={tmp_path}"]
-    refused = subprocess.run([*command, "algo.lr=-1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "POPULATION_COMPILE": "0"})
+    refused = run_python([*command, "algo.lr=-1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "POPULATION_COMPILE": "0"})
     assert refused.returncode == 1 and "config error: algo.lr must be a number > 0" in refused.stderr
     seeds = [tmp_path / "CartPole" / "ppo" / f"seed{seed}" for seed in (0, 1)]
     assert not (tmp_path / "CartPole" / "ppo" / "seeds0-1" / "summary.json").exists()
     for run_dir in seeds:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary == {"status": "failed", "error": "config error: algo.lr must be a number > 0, got -1"}
-    subprocess.run([*command, "algo.lr=-2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run_python([*command, "algo.lr=-2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     for run_dir in seeds:  # the latest refusal's reason, not the first's
         assert json.loads((run_dir / "summary.json").read_text())["error"].endswith("got -2")
-    fixed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "POPULATION_COMPILE": "0"})
+    fixed = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "POPULATION_COMPILE": "0"})
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     from benchmarks.runs import load_runs
 
@@ -181,9 +182,9 @@ def test_a_sweeps_end_reports_its_own_jobs_not_those_another_sweep_trains_into_t
 def test_the_slurm_launcher_off_a_cluster_is_one_line_before_any_job(tmp_path):
     if shutil.which("srun") is not None:
         pytest.skip("this machine is a Slurm node: the launcher would submit")
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_slurm", "env=CartPole",
+    result = run_python([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_slurm", "env=CartPole",
                              "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)
+                        text=True, timeout=300)
     assert result.returncode == 2 and result.stderr == (
         "error: hydra/launcher=submitit_slurm submits to a Slurm cluster, and this machine has no srun; "
         "hydra/launcher=submitit_local or hydra/launcher=joblib run the same jobs here\n"), result.stderr
@@ -191,9 +192,9 @@ def test_the_slurm_launcher_off_a_cluster_is_one_line_before_any_job(tmp_path):
 
 
 def test_a_joblib_launcher_given_no_jobs_at_once_is_one_line_before_any_job(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib",
+    result = run_python([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib",
                              "hydra.launcher.n_jobs=0", "env=CartPole", "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stderr == (
         "error: hydra.launcher.n_jobs=0 runs no job: give the number of jobs at once (-1: one per core)\n"), \
         result.stderr

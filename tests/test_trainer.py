@@ -1,6 +1,5 @@
 """The shared training loop on real environments: every task, determinism, reset-row masking, learning."""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from algorithms.core import Rollout
 from algorithms.ppo import PPO
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.trainer import train
+from tests.commands import run_python
 
 ENV_NAMES = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml"))
 TIMING_COLUMNS = {"wall_time", "sps", "rollout_time", "update_time"}
@@ -131,9 +131,9 @@ def test_checkpoint_alone_reproduces_the_final_evaluation(env_name, make_config,
     returns = Evaluator(loaded_cfg.env.id, 3, cfg.seed + 1_000_000)(algorithm, obs_normalizer)
     assert returns.mean() == summary["final_eval_return_mean"]
     if env_name == "CartPole":  # the command, given the run directory: its checkpoint.pt, the same episodes
-        result = subprocess.run([sys.executable, "-m", "benchmarks.evaluate", str(tmp_path), "--episodes", "3",
+        result = run_python([sys.executable, "-m", "benchmarks.evaluate", str(tmp_path), "--episodes", "3",
                                  "--seed", str(cfg.seed + 1_000_000)], cwd=ROOT, capture_output=True, text=True,
-                                timeout=300)
+                            timeout=300)
         assert result.stdout.startswith(f"ppo on CartPole-v1: deterministic return {returns.mean():.2f} +- "), result
         stored = torch.load(tmp_path / "checkpoint.pt", weights_only=True)  # one bit flipped on disk
         stored["payload"] = bytes([stored["payload"][0] ^ 1]) + stored["payload"][1:]

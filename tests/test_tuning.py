@@ -3,7 +3,6 @@ SQLite database, resuming a killed study, and writing the best values back into 
 
 import json
 import shutil
-import subprocess
 import sys
 
 import optuna
@@ -13,6 +12,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 
 from benchmarks import tuning
+from tests.commands import run_python
 
 
 def write_run(run_dir, status="complete", curve=((0, 10.0), (100, 30.0), (200, 30.0))):
@@ -40,9 +40,9 @@ def tune_command(tmp_path, *extra):
 
 @pytest.mark.slow
 def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
-    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra/launcher=joblib",
+    result = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra/launcher=joblib",
                                          "hydra.launcher.n_jobs=2"),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
@@ -61,8 +61,8 @@ def test_study_runs_on_the_joblib_launcher_and_a_killed_study_resumes(tmp_path):
     space = {key: optuna.distributions.distribution_to_json(dist) for key, dist in
              study.trials[1].distributions.items()}
     stale = study.ask({key: optuna.distributions.json_to_distribution(dist) for key, dist in space.items()})
-    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=5"), cwd=tmp_path, capture_output=True,
-                            text=True, timeout=600)
+    result = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=5"), cwd=tmp_path, capture_output=True,
+                        text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 5
@@ -76,7 +76,7 @@ def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(t
     refused trials are kept as failed but do not count towards n_trials."""
     command = tune_command(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.enqueue_defaults=false",
                            "hydra.sweeper.search_spaces.ppo={env.hparams.lr:{low:-2.0,high:-1.0,log:false}}")
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "error: no trial of the batch (0, 1) trained an env step: their jobs were refused" in result.stderr
     assert "env.hparams.lr must be a number > 0" in result.stderr  # named at its source, once
@@ -84,7 +84,7 @@ def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(t
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
     assert [t.user_attrs["env_steps"] for t in study.trials] == [0, 0]
     assert all(tuning.never_trained(t) for t in study.trials)  # so neither counts towards n_trials
-    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    again = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert "error: no trial of the batch (2, 3) trained an env step" in again.stderr
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     values = [t.params["env.hparams.lr"] for t in study.trials]
@@ -93,15 +93,15 @@ def test_a_batch_whose_jobs_are_all_refused_stops_the_study_and_costs_no_trial(t
 
 @pytest.mark.slow
 def test_a_study_refuses_another_baseline_and_sweep_overrides(tmp_path):
-    first = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, capture_output=True,
-                           text=True, timeout=600)
+    first = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    other = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=2", "total_steps=1024"), cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
+    other = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=2", "total_steps=1024"), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
     assert other.returncode != 0
     assert "config error: study ppo" in other.stderr and "was started with other total_steps" in other.stderr
-    swept = subprocess.run(tune_command(tmp_path, "seed=0,1"), cwd=tmp_path, capture_output=True, text=True,
-                           timeout=600)
+    swept = run_python(tune_command(tmp_path, "seed=0,1"), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
     assert swept.returncode != 0 and "takes no sweep overrides (got seed=0,1)" in swept.stderr
 
 
@@ -280,8 +280,8 @@ def test_a_pruned_round_keeps_its_familys_tasks_and_budget_with_two_seeds_and_eq
 @pytest.mark.slow
 def test_a_study_runs_its_trials_as_submitit_jobs(tmp_path):
     """The Slurm path, locally: each run of a trial is a submitit job in a fresh process."""
-    result = subprocess.run(tune_command(tmp_path, "hydra.sweeper.n_trials=1", "hydra/launcher=submitit_local"),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=1", "hydra/launcher=submitit_local"),
+                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
@@ -306,7 +306,7 @@ def test_a_pruned_population_study_counts_every_env_step_it_trains(tmp_path):
                            "hydra.sweeper.search_spaces.ppo={env.hparams.update_epochs:{low:1,high:2,int:true},"
                            "env.hparams.num_minibatches:{choices:[4]},env.hparams.clip_coef:{low:0.1,high:0.3}}",
                            "hydra.sweeper.enqueue_defaults=false")
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name="ppo", storage=f"sqlite:///{tmp_path}/study.db")
     states = [t.state for t in study.trials]

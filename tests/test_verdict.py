@@ -4,12 +4,13 @@ one command, on a tiny budget; rerun, it trains nothing more."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import optuna
 import pandas as pd
 import pytest
+
+from tests.commands import run_python
 
 
 
@@ -26,7 +27,7 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     # the protocol, not the compiler, is under test: the same loop runs its program eager
     environment = {**os.environ, "POPULATION_COMPILE": "0"}
     # given from another directory: --out is read from there, the steps still run in the project
-    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
+    first = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     study = optuna.load_study(study_name="ppo_kl", storage=f"sqlite:///{tmp_path}/study.db")
     assert len(study.trials) == 2 and study.best_trial.params.keys() == {"algo.kl_target", "algo.kl_beta_init"}
@@ -42,7 +43,7 @@ def test_the_protocol_runs_end_to_end_and_resumes_without_retraining(tmp_path):
     assert text.startswith("# Does ppo_kl beat PPO?") and "P(final eval return > PPO's)" in text
     assert (tmp_path / "verdict" / "ppo_kl_classic_tuned_CartPole_vs_ppo.png").stat().st_size > 10_000
 
-    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
+    again = run_python(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=environment)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "tuning ppo_kl: trial(s)" not in again.stdout + again.stderr  # the study asks no trial again
     assert (again.stdout + again.stderr).count("already complete, skipped") == 6
