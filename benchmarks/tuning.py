@@ -701,10 +701,10 @@ _studies_cache: dict[Path, dict[str, StoredStudy]] = {}
 # ---------------------------------------------------------------------------
 
 
-def study_rows(tune: str) -> list[dict]:
+def study_rows(tune: str, storage: str | None = None) -> list[dict]:
     import optuna
 
-    storage = tune_config(tune)["hydra"]["sweeper"]["storage"]
+    storage = storage or tune_config(tune)["hydra"]["sweeper"]["storage"]
     rows = []
     for summary in optuna.get_all_study_summaries(storage=existing_storage(storage)):
         study = load_study(storage, summary.study_name)
@@ -731,15 +731,16 @@ def study_rows(tune: str) -> list[dict]:
     return rows
 
 
-def report(tune: str, out: Path) -> None:
+def report(tune: str, out: Path, storage: str | None = None) -> None:
+    """Every study of the round's storage (or of `storage`: a study run with hydra.sweeper.storage=...)."""
     import matplotlib
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "ppo-variants-bench"  # stable SVG ids: unchanged figures stay identical
 
-    rows = study_rows(tune)
+    rows = study_rows(tune, storage)
     base = rows[0]["study"].user_attrs.get("base", {}) if rows else {}
-    lines = [f"# Tuning studies: {tune}", "",
+    lines = [f"# Tuning studies: {tune}" + (f" ({storage})" if storage else ""), "",
              f"Objective: normalised area under the evaluation curve, mean over tuning tasks "
              f"{base.get('tasks')} x tuning seeds {base.get('seeds')}, {base.get('total_steps')} env steps per run. "
              f"Trial 0 of every study is the preset's values before tuning ('default'). `unfinished`: trials "
@@ -888,7 +889,10 @@ def main(argv: list[str] | None = None) -> None:
     apply.add_argument("--storage", help="another storage than the tuning config's (e.g. a study run elsewhere)")
     show = commands.add_parser("report", help="table and sensitivity figures of every study of a tuning config")
     show.add_argument("--tune", type=conf_name("tune"), required=True)
-    show.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "tuning")
+    show.add_argument("--storage", help="another storage than the tuning config's (a study run with "
+                                        "hydra.sweeper.storage=...): its report goes beside its SQLite file")
+    show.add_argument("--out", type=Path, help="directory to write <tune>.md and the figures to (default: "
+                                               "results/tuning, or beside --storage's SQLite file)")
     transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
     transfer.add_argument("--tuned", type=suite_directory, required=True)
     transfer.add_argument("--untuned", type=suite_directory, required=True)
@@ -910,7 +914,14 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "apply":
         apply_best(args.tune, args.algo, args.storage)
     else:
-        report(args.tune, args.out)
+        out = args.out
+        if out is None and args.storage is None:
+            out = PROJECT_ROOT / "results" / "tuning"
+        elif out is None:  # not over the round's committed report
+            if not args.storage.startswith("sqlite:///"):
+                show.error(f"--storage {args.storage} is no SQLite file to write beside: give --out")
+            out = Path(args.storage.removeprefix("sqlite:///")).parent
+        report(args.tune, out, args.storage)
 
 
 if __name__ == "__main__":

@@ -469,6 +469,27 @@ def test_every_committed_study_table_regenerates_byte_for_byte_and_names_the_com
         assert figures and sorted(path.name for path in (tmp_path / name).glob("*.png")) == figures, name
 
 
+def test_a_study_run_elsewhere_is_reported_beside_its_database_and_the_rounds_report_is_left_alone(tmp_path,
+                                                                                                   monkeypatch, capsys):
+    """`report --storage` reads a study a user ran with hydra.sweeper.storage=...; without --out its report goes
+    beside that database, not over the round's committed one; a storage that is no file needs --out."""
+    import shutil
+
+    monkeypatch.chdir(ROOT)
+    committed = (ROOT / "results" / "tuning" / "classic.md").read_bytes()
+    shutil.copy(ROOT / "results" / "tuning" / "classic.db", tmp_path / "mine.db")
+    monkeypatch.setattr(tuning, "sensitivity_figure", lambda tune, row, complete, space, out: None)
+    tuning.main(["report", "--tune", "classic", "--storage", f"sqlite:///{tmp_path}/mine.db"])
+    written = (tmp_path / "classic.md").read_text().split("\n")
+    assert written[0] == f"# Tuning studies: classic (sqlite:///{tmp_path}/mine.db)"
+    assert written[1:] == committed.decode().split("\n")[1:]  # the same studies, so the same table
+    assert (ROOT / "results" / "tuning" / "classic.md").read_bytes() == committed
+    with pytest.raises(SystemExit):
+        tuning.main(["report", "--tune", "classic", "--storage", "postgresql://somewhere/studies"])
+    assert capsys.readouterr().err.endswith(
+        "error: --storage postgresql://somewhere/studies is no SQLite file to write beside: give --out\n")
+
+
 def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_config):
     """Each entry a study could not search, one line naming it: not a range, bounds Optuna refuses, a key the
     config lacks, and a searched env.hparams value that a key typed on the command line stops the preset reading."""
