@@ -380,14 +380,35 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
         # a committed run of a retired backend stays as data: the same config on today's engine counts as it
         # (restart=true retrains it there)
         stored["algo"] = {**stored["algo"], "backend": current["algo"].get("backend")}
+    keys = differing_keys(stored, current)
+    if keys == ["seeds"]:  # the same seed, trained alone and in a population (or in two populations)
+        others = [seed for seed in current["seeds"] or [] if seed != cfg.seed]
+        if stored["seeds"] is not None:
+            remedy = f"rerun seeds={stored_seeds(stored)} (it skips the complete seeds)"
+        else:
+            remedy = (f"train the others without it (seeds=[{','.join(map(str, others))}])" if others else
+                      f"seed={cfg.seed} finds it complete")
+        remedy += f", or add restart=true to train it again {trained_as(current)}"
+        print(f"config error: {run_dir} holds a complete run of seed {cfg.seed} trained {trained_as(stored)}, and "
+              f"this command trains it {trained_as(current)}: the two round differently; {remedy}", file=sys.stderr)
+        sys.exit(2)
     if stored != current:
         # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
         remedy = (f"choose another hydra.sweep.dir or delete it; {sweep_points_hint()}"
                   if HydraConfig.get().mode == RunMode.MULTIRUN else "choose another hydra.run.dir or delete it")
         print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
-              f"{', '.join(differing_keys(stored, current))}); {remedy}", file=sys.stderr)
+              f"{', '.join(keys)}); {remedy}", file=sys.stderr)
         sys.exit(2)
     return summary
+
+
+def stored_seeds(config: dict) -> str:
+    return f"[{','.join(map(str, config['seeds']))}]"
+
+
+def trained_as(config: dict) -> str:
+    """How a config trains its seed: alone, or in a population (seeds=[...])."""
+    return "alone" if config["seeds"] is None else f"in a population of seeds={stored_seeds(config)}"
 
 
 def refuse_an_unusable_run_directory(arguments: list[str]) -> None:

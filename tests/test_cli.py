@@ -119,6 +119,28 @@ def snapshot(directory) -> dict:
             if path.is_file() and path.name not in (".lock", ".job")}
 
 
+def test_a_seed_trained_alone_and_then_in_a_population_is_refused_with_what_trains_the_rest(tmp_path):
+    """A seed's complete run is skipped only by the same config; trained alone and then asked for in a population
+    (or the other way round) it would round differently, so it is refused, saying what trains the other seeds."""
+    small = ["env=CartPole", "total_steps=512", "env.num_steps=128", *SMALL_UPDATE, "eval.episodes=1",
+             "logging.tensorboard=false", "logging.progress_bar=false"]
+    assert run_cli(*small, "seed=0", f"hydra.run.dir={tmp_path}/seed0").returncode == 0
+    refused = run_cli(*small, "seeds=[0,2]", f"hydra.run.dir={tmp_path}/seeds0_2")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"config error: {tmp_path}/seed0 holds a complete run of seed 0 trained alone, and this command trains it "
+        f"in a population of seeds=[0,2]: the two round differently; train the others without it (seeds=[2]), or "
+        f"add restart=true to train it again in a population of seeds=[0,2]")
+    assert run_cli(*small, "seeds=[2]", f"hydra.run.dir={tmp_path}/seeds2-2").returncode == 0
+    refused = run_cli(*small, "seed=2", f"hydra.run.dir={tmp_path}/seed2")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"config error: {tmp_path}/seed2 holds a complete run of seed 2 trained in a population of seeds=[2], and "
+        f"this command trains it alone: the two round differently; rerun seeds=[2] (it skips the complete seeds), "
+        f"or add restart=true to train it again alone")
+    again = run_cli(*small, "seeds=[0,2]", "restart=true", f"hydra.run.dir={tmp_path}/seeds0_2")
+    assert again.returncode == 0, again.stderr  # the remedy it gave
+    assert json.loads((tmp_path / "seed0" / "summary.json").read_text())["config"]["seeds"] == [0, 2]
+
+
 def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
     run_dir = tmp_path / "run"
     first = run_cli("total_steps=512", "eval.episodes=1", "logging.tensorboard=false", f"hydra.run.dir={run_dir}")
