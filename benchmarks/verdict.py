@@ -156,6 +156,13 @@ def comparison(runs: list[dict], algo: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def markdown_table(table: pd.DataFrame) -> str:
+    """The verdict's table, its numbers to three decimals; the per-task ratios as written (two decimals each), also
+    where one task leaves a single one that markdown's number parsing would print as 3.300."""
+    as_written = [list(table.columns).index("per_task")] if "per_task" in table.columns else False
+    return table.to_markdown(index=False, floatfmt=".3f", disable_numparse=as_written)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     common = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"with the study's best values {' '.join(f'`{v}`' for v in values) or '(none)'}")
     text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: {evaluated}. P(...) is rliable's probability of "
             f"improvement over tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
-            + table.drop(columns=["tuning"]).to_markdown(index=False, floatfmt=".3f")
+            + markdown_table(table.drop(columns=["tuning"]))
             + f"\n\nTuning: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")
     (out / "verdict.md").write_text(text)
     table.to_csv(out / "verdict.csv", index=False)

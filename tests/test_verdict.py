@@ -153,6 +153,22 @@ def test_a_verdict_without_a_study_runs_its_final_evaluation_on_the_presets_own_
                                   pd.read_csv(stored / "verdict.csv")[numbers])
 
 
+def test_every_committed_verdicts_table_is_its_csv_as_the_command_writes_it():
+    """verdict.md's table is verdict.csv's numbers to three decimals, the per-task ratios as written: also where a
+    group has one task, whose single ratio markdown would otherwise parse and print as 2.770 beside a value of
+    2.771."""
+    from benchmarks.tuning import PROJECT_ROOT
+    from benchmarks.verdict import markdown_table
+
+    stored = sorted((PROJECT_ROOT / "results" / "verdicts").glob("*/verdict.csv"))
+    assert len(stored) >= 3
+    for path in stored:
+        table = pd.read_csv(path, keep_default_na=False)
+        assert markdown_table(table.drop(columns=["tuning"])) in path.with_name("verdict.md").read_text(), path
+    one_task = pd.DataFrame({"metric": ["seed std"], "value": [2.770982914934275], "per_task": ["2.77"]})
+    assert markdown_table(one_task).splitlines()[-1] == "| seed std |   2.771 | 2.77       |"
+
+
 def test_a_failed_step_stops_the_verdict_naming_the_step_and_what_to_do():
     from benchmarks.verdict import run
 
