@@ -73,6 +73,14 @@ def complete_runs(suite_dir: Path) -> list[Path]:
                   if ".hydra" not in summary.parts and read_summary(summary.parent)["status"] == "complete")
 
 
+def unfinished_runs(suite_dir: Path) -> list[Path]:
+    """Run directories under suite_dir that are not complete (training, paused, interrupted, failed, or a first
+    checkpoint not yet followed by a summary): packing leaves them as they are."""
+    marks = ("summary.json", "checkpoint.pt", "train.csv", "train.csv.gz")
+    found = {path.parent for mark in marks for path in suite_dir.rglob(mark) if ".hydra" not in path.parts}
+    return sorted(found - set(complete_runs(suite_dir)))
+
+
 def unpacked_files(run_dir: Path, name: str) -> list[Path]:
     """The files holding one log of a run outside the suite's Parquet file: plain CSV and/or its gzip."""
     return [path for path in (run_dir / name, run_dir / (name + ".gz")) if path.exists()]
@@ -340,7 +348,13 @@ def main(argv: list[str] | None = None) -> None:
             continue
         runs += suite_runs
         saved += suite_saved
-    print(f"packed {runs} runs, {saved / 1e6:.1f} MB saved")
+        if unfinished := unfinished_runs(suite_dir):  # a sweep still running, or one to rerun before committing
+            named = ", ".join(path.relative_to(suite_dir).as_posix() for path in unfinished[:5])
+            print(f"{suite_dir}: {len(unfinished)} run(s) not complete, left as they are (rerun their command to "
+                  f"finish them, then pack again): {named}{', ...' if len(unfinished) > 5 else ''}")
+    # (logs this small can take more room as tables than as CSVs: said as such, not as "-0.0 MB saved")
+    print(f"packed {runs} runs, " + (f"{saved / 1e6:.1f} MB saved" if saved >= 0 else
+                                     f"{-saved / 1e6:.1f} MB more (tables' overhead on small logs)"))
 
 
 if __name__ == "__main__":

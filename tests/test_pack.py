@@ -67,6 +67,23 @@ def test_packed_logs_read_back_exactly_and_only_complete_runs_move(tmp_path):
         pd.testing.assert_frame_equal(new["eval"], old["eval"], check_exact=True)
 
 
+def test_runs_not_complete_are_named_as_left_unpacked(tmp_path, capsys):
+    """Packing before a commit while a sweep still runs (or with a run to rerun) says which runs it left as they
+    are: training (a checkpoint and logs, no summary yet), interrupted, failed."""
+    suite = tmp_path / "suite"
+    write_run(suite / "CartPole" / "ppo" / "seed0", 0)
+    write_run(suite / "CartPole" / "ppo" / "seed1", 1, status="interrupted")
+    write_run(suite / "CartPole" / "ppo" / "seed2", 2, status="failed")
+    training = suite / "Acrobot" / "ppo" / "seed0"
+    training.mkdir(parents=True)
+    (training / "checkpoint.pt").write_bytes(b"")
+    pack_main([str(suite)])
+    assert capsys.readouterr().out.splitlines() == [
+        f"{suite}: 3 run(s) not complete, left as they are (rerun their command to finish them, then pack again): "
+        f"Acrobot/ppo/seed0, CartPole/ppo/seed1, CartPole/ppo/seed2",
+        "packed 1 runs, 0.0 MB more (tables' overhead on small logs)"]
+
+
 def test_packing_again_adds_new_runs_and_plain_csvs_win(tmp_path):
     suite = tmp_path / "suite"
     first = suite / "Pendulum" / "ppo" / "seed0"
