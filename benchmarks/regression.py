@@ -12,7 +12,8 @@ Verdict per metric, with d = mean(candidate) - mean(reference) over seeds:
                  (seeds resampled with replacement in each group, fixed RNG);
     large:       d < -min_effect * progress, where progress is how far the
                  reference learned: mean(reference final) - mean(reference first eval).
-- MISSING when the candidate has no complete run for a reference (env, algo).
+- MISSING when the candidate has no complete run for a reference (env, algo), or fewer
+  complete runs of it than the reference has (a seed that failed or did not finish).
 - INCOMPARABLE when the candidate's runs were evaluated at other env steps than
   the reference's (another total_steps, eval.every_steps, eval.at_start or
   rollout size, since evaluations fall on iteration boundaries): their AUC and
@@ -86,6 +87,13 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
                       "upper_bound": "-", "threshold": "-"}
         if key not in candidate:
             rows.append({**no_metrics, "verdict": "MISSING"})
+            continue
+        if len(candidate[key]) < len(reference[key]):  # a seed that failed (non-finite numbers) or did not finish
+            rows.append({**no_metrics, "verdict": "MISSING"})
+            absent = sorted({run["seed"] for run in reference[key]} - {run["seed"] for run in candidate[key]})
+            notes.append(f"MISSING {env} {algo}: the candidate has {len(candidate[key])} complete runs, the reference "
+                         f"{len(reference[key])}" + (f" (none of seed {', '.join(map(str, absent))})" if absent else "")
+                         + ": a seed that failed or did not finish is not compared as if it had not been asked")
             continue
         expected = eval_schedule(reference[key][0])
         reference_other = [s for s in map(eval_schedule, reference[key]) if s != expected]

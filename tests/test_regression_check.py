@@ -196,6 +196,20 @@ def test_clear_drop_is_a_regression_and_noise_is_not():
     assert (better["verdict"] == "ok").all()
 
 
+def test_a_candidate_seed_that_failed_makes_its_cell_missing_not_compared_without_it():
+    """A population's seed that went non-finite stops alone (its run 'failed'): the others' curves match the
+    reference's, but the cell is not passed on them; nor does a lone surviving seed read as a regression."""
+    reference = synthetic_runs([100.0, 110.0, 60.0])
+    for survivors, absent in ((reference[:2], "2"), (reference[2:], "0, 1")):
+        table = compare(reference, survivors, ALPHA, MIN_EFFECT, RESAMPLES)
+        assert list(table["verdict"]) == ["MISSING"]
+        assert table.attrs["notes"] == [
+            f"MISSING Toy ppo: the candidate has {len(survivors)} complete runs, the reference 3 (none of seed "
+            f"{absent}): a seed that failed or did not finish is not compared as if it had not been asked"]
+    other_seeds = synthetic_runs([0, 0, 0, 100.0, 110.0, 60.0])[3:]  # seeds 3-5: as many runs, compared
+    assert set(compare(reference, other_seeds, ALPHA, MIN_EFFECT, RESAMPLES)["verdict"]) == {"ok"}
+
+
 def test_the_command_fails_when_one_cells_curves_lose_their_progress(tmp_path, capsys):
     """The reference against a copy of itself in which CartPole/ppo never learns: that cell alone is a REGRESSION."""
     import shutil
