@@ -191,7 +191,7 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
             return None
     ours = np.stack([scores[(t, candidate)][:seeds] for t in tasks], axis=1)
     ppo = np.stack([scores[(t, "ppo")][:seeds] for t in tasks], axis=1)
-    steps = sorted({run["env_steps"] for run in runs if run["env"] in tasks})
+    steps = sorted({run["env_steps"] for run in runs if run["env"] in tasks and run["algo"] in (candidate, "ppo")})
     used = {algo: [r for r in runs if r["algo"] == algo and r["env"] in tasks] for algo in (candidate, "ppo")}
     tuning = {algo: tuning_of(algo_runs) for algo, algo_runs in used.items()}
     tuned_on = set().union(*(t["tasks"] for t in tuning.values() if t))

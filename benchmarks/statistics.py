@@ -122,8 +122,9 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
     each resample draws, within every task, the candidate's seeds and the baseline's seeds with replacement
     (rliable's stratification: runs resampled per task, never across). Inputs are [seeds x tasks] scores; returns
     (point, low, high, per-task ratios). A resample where both sides of a task have no spread counts that task as
-    equal (ratio 1); one side without spread gives a ratio of 0 or infinity (clipped to e^-50, e^50 in the mean, and
-    a bound such resamples decide is reported as 0 or infinity)."""
+    equal (ratio 1); one side without spread gives a ratio of 0 or infinity (clipped to e^-50, e^50 in the resamples'
+    mean, and a bound such resamples decide is reported as 0 or infinity); the point estimate and the per-task ratios
+    are not clipped (0 or infinity; the point nan where tasks of both kinds meet)."""
     candidate, baseline = np.asarray(candidate, dtype=float), np.asarray(baseline, dtype=float)
 
     def log_ratios(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:  # [..., seeds, tasks] -> [..., tasks]
@@ -146,5 +147,9 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
         high = math.inf
     if np.mean(((spread_ours == 0) & (spread_theirs > 0)).any(axis=-1)) > tail:
         low = 0.0
-    per_task = np.exp(log_ratios(candidate, baseline))
-    return float(np.exp(log_ratios(candidate, baseline).mean())), float(low), float(high), per_task
+    # The estimate itself unclipped: a task where one side's seeds do not spread has a ratio of 0 or infinity, and
+    # so has the geometric mean (undefined, nan, with one of each), not e^(50/T).
+    spread_ours, spread_theirs = candidate.std(axis=0), baseline.std(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.where((spread_ours == 0) & (spread_theirs == 0), 0.0, np.log(spread_ours) - np.log(spread_theirs))
+        return float(np.exp(logs.mean())), float(low), float(high), np.exp(logs)

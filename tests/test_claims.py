@@ -39,6 +39,8 @@ def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     longer = [{**r, "eval": r["eval"].assign(env_steps=[0, 100_000, 200_000])} if (r["env"], r["algo"]) ==
               ("Walker2d", "hp3o") else r for r in runs]
     assert measure(longer, "hp3o", "mujoco", "final")["tasks"] == "Hopper"  # Walker2d: not PPO's budget
+    beside = runs + [{**fake_run("Hopper", "ppo_kl", s, 50.0), "env_steps": 1_000_000} for s in range(3)]
+    assert measure(beside, "hp3o", "mujoco", "final")["env_steps"] == "100k"  # the two compared, not a third preset
 
 
 def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
@@ -264,3 +266,15 @@ def test_a_variance_ratio_bound_decided_by_a_side_without_spread_is_unbounded_no
     point, low, high, _ = seed_std_ratio(candidate, ppo)
     assert high == math.inf and 0 < low < point < 10
     assert seed_std_ratio(ppo, candidate)[1] == 0.0  # and the other way round, the lower bound is 0
+    # PPO's seeds all at the floor on one of three tasks: that task's ratio, and the geometric mean, are infinite
+    # (the clip once gave a point estimate of e^(50/3), 1.7e7); the other way round 0; both kinds at once undefined
+    spread = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 1.0], [3.0, 1.0, 2.0]])
+    floor = spread.copy()
+    floor[:, 0] = -500.0
+    point, _, _, per_task = seed_std_ratio(spread, floor)
+    assert point == math.inf and per_task[0] == math.inf and np.isfinite(per_task[1:]).all()
+    point, _, _, per_task = seed_std_ratio(floor, spread)
+    assert point == 0.0 and per_task[0] == 0.0
+    both = spread.copy()
+    both[:, 1] = -500.0
+    assert math.isnan(seed_std_ratio(both, floor)[0])
