@@ -570,6 +570,19 @@ def normalised_final_scores(runs: list[dict]) -> tuple[dict[str, np.ndarray], li
     return matrices, scored
 
 
+def presets_left_out(runs: list[dict], matrices: dict[str, np.ndarray], tasks: list[str]) -> list[str]:
+    """The suite's presets an aggregate leaves out, each with why: a task it did not run, or a number of seeds that
+    differs from task to task (normalised_final_scores)."""
+    left_out = []
+    for algo in sorted({run["algo"] for run in runs} - set(matrices)):
+        seeds = {task: len([run for run in runs if run["env"] == task and run["algo"] == algo]) for task in tasks}
+        if missing := [task for task, count in seeds.items() if count == 0]:
+            left_out.append(f"{algo} (no run of {', '.join(missing)})")
+        else:
+            left_out.append(f"{algo} ({', '.join(f'{count} seeds on {task}' for task, count in seeds.items())})")
+    return left_out
+
+
 def aggregate_scope(runs: list[dict]) -> tuple[dict[str, np.ndarray], list[str], str | None]:
     """The normalised final scores an aggregate is made of, and why none is made (None when one is): an
     aggregate needs at least MIN_AGGREGATE_TASKS tasks, a preset that ran every one of them with one number of seeds
@@ -727,6 +740,7 @@ def aggregate_table(runs: list[dict]) -> pd.DataFrame | None:
     table["task_names"] = " ".join(tasks)
     table["saturated_tasks"] = " ".join(saturated)
     table.attrs["tasks"], table.attrs["saturated"] = tasks, saturated
+    table.attrs["left_out"] = presets_left_out(runs, matrices, tasks)
     return table
 
 
@@ -806,6 +820,9 @@ def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
     saturated = table.attrs["saturated"]
     flag = (f" Saturated (at least half of the runs end within {1 - SATURATED_SCORE:.0%} of the best, so the task "
             f"cannot separate the presets near the top): {', '.join(saturated)}." if saturated else "")
+    if table.attrs["left_out"]:  # said, not silent: PPO among them takes P(improve over PPO) away too
+        flag += (f" Left out, as an aggregate compares presets over the same tasks with one number of seeds on each: "
+                 f"{', '.join(table.attrs['left_out'])}.")
     return (
         f"# {suite}: across tasks\n\nNormalised final return (return - random) / (best - random) per task: random = "
         f"the task's random_score (conf/env, which says how it was measured), best = the highest evaluation return any "

@@ -345,6 +345,24 @@ def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five
                                            "steps) (an aggregate compares equal ones)")
 
 
+def test_a_preset_an_aggregate_leaves_out_is_named_with_why_ppo_included():
+    """Five more PPO seeds on one task, or a preset that skipped a task: the aggregate is made of the others, and
+    says whom it left out and why (PPO left out also takes P(improve over PPO) away)."""
+    from benchmarks.report import aggregate_markdown, aggregate_table
+
+    runs = [fake_run(task, algo, seed, [0, 1000], [0.0, 1000.0 + 100 * seed + 50 * (algo == "ppo")])
+            for task in ("HalfCheetah", "Hopper") for algo in ("ppo", "hp3o", "hp3o_plus") for seed in range(5)]
+    runs += [fake_run("Hopper", "ppo", seed, [0, 1000], [0.0, 1000.0 + 100 * seed]) for seed in range(5, 10)]
+    runs = [run for run in runs if (run["algo"], run["env"]) != ("hp3o_plus", "HalfCheetah")]
+    table = aggregate_table(runs)
+    assert list(table["algo"]) == ["hp3o"] and "poi_vs_ppo" not in table
+    assert table.attrs["left_out"] == ["hp3o_plus (no run of HalfCheetah)",
+                                       "ppo (5 seeds on HalfCheetah, 10 seeds on Hopper)"]
+    assert ("Left out, as an aggregate compares presets over the same tasks with one number of seeds on each: "
+            "hp3o_plus (no run of HalfCheetah), ppo (5 seeds on HalfCheetah, 10 seeds on Hopper).") in \
+        aggregate_markdown(table, "s")
+
+
 def test_a_preset_trained_for_another_budget_than_ppo_is_not_compared_with_it_in_the_table(monkeypatch):
     from benchmarks import report
 
