@@ -24,6 +24,7 @@ tasks marked * were tuning tasks (the final evaluation uses other seeds).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,6 +366,8 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
         return text + (f" (per task {row['per_task']})" if row["metric"] == "std" else "")
 
     def detectable(row) -> str:
+        if row["metric"] == "std" and math.isnan(row["detectable"]):  # statistics.detectable_std_ratio
+            return f"none at {row['seeds']} seeds (a resample without spread leaves the interval unbounded)"
         if row["metric"] == "std":
             return f"<= {row['detectable']:.2f} or >= {1 / row['detectable']:.2f}"
         return f">= {row['detectable']:.2f} or <= {1 - row['detectable']:.2f}"

@@ -112,7 +112,11 @@ def detectable_std_ratio(seeds: int, tasks: int) -> float:
     """The largest seed-std ratio below 1 whose 95% interval excludes 1 with this many seeds per side and tasks
     (normal returns): log(s_x / s_y) has variance about 1/(2(n-1)) + 1/(2(n-1)) = 1/(n-1) per task, the mean over T
     tasks 1/((n-1)T), so the ratio must be below exp(-1.96 / sqrt((n-1)T)) (or above its inverse). 5 seeds, 3 tasks:
-    0.568."""
+    0.568. nan where no ratio is: with so few seeds, more than 2.5% of seed_std_ratio's resamples draw one seed n
+    times on some task (probability 1 - (1 - n^(1-n))^T per side), a side without spread, so its bounds are 0 and
+    infinity whatever the runs (3 seeds; 4 seeds over 2 tasks or more)."""
+    if 1 - (1 - float(seeds) ** (1 - seeds)) ** tasks > (1 - 0.95) / 2:
+        return math.nan
     return float(np.exp(-Z95 / np.sqrt((seeds - 1) * tasks)))
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.claims import GROUP_FAMILIES, claims_table, measure, paper_verdict, verdict
-from benchmarks.statistics import detectable_improvement, detectable_std_ratio, seed_std_ratio
+from benchmarks.claims import GROUP_FAMILIES, claims_markdown, claims_table, measure, paper_verdict, verdict
+from benchmarks.statistics import Z95, detectable_improvement, detectable_std_ratio, seed_std_ratio
 from tests.commands import run_python
 
 
@@ -50,9 +50,10 @@ def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
     runs += [fake_run("Walker2d", "hp3o", s, v) for s, v in enumerate([0.0, 2.0, 4.0])]
     row = measure(runs, "hp3o", "mujoco", "std")
     assert np.isclose(row["value"], 1.0) and row["per_task"] == "0.50, 2.00"  # sqrt(0.5 * 2)
-    assert row["ci_low"] < 1 < row["ci_high"] and row["detectable"] == detectable_std_ratio(3, 2)
+    assert row["ci_low"] < 1 < row["ci_high"] and math.isnan(row["detectable"])  # none at 3 seeds: below
     table = claims_table(runs)
     assert set(table["preset"]) == {"hp3o"} and (table["seeds"] == 3).all()
+    assert "none at 3 seeds (a resample without spread leaves the interval unbounded)" in claims_markdown(table, [])
 
 
 def test_the_variance_ratio_interval_resamples_seeds_within_each_task():
@@ -137,6 +138,13 @@ def test_the_detectable_effect_at_a_designs_seeds_and_tasks():
     assert np.isclose(detectable_improvement(5, 3), 0.71668, atol=1e-5)
     assert np.isclose(detectable_improvement(5, 1), 0.87530, atol=1e-5)
     assert np.isclose(detectable_std_ratio(5, 3), 0.56790, atol=1e-5)
+    # So few seeds that over 2.5% of the bootstrap's resamples draw one seed n times on some task, a side without
+    # spread: the interval is [0, inf] whatever the runs (here a spread a hundred times smaller), so none is
+    # detectable, where the normal formula promised 0.25
+    ppo = np.array([[0.0], [100.0], [200.0]])
+    assert seed_std_ratio(ppo / 100, ppo)[1:3] == (0.0, math.inf)
+    assert math.isnan(detectable_std_ratio(3, 1)) and math.isnan(detectable_std_ratio(4, 2))
+    assert np.isclose(detectable_std_ratio(4, 1), np.exp(-Z95 / np.sqrt(3)))  # 4^-3 = 1.6% of resamples: bounded
     n = 2
     shares = [sum(x > y for x in ours for y in set(range(2 * n)) - set(ours)) / n**2
               for ours in itertools.combinations(range(2 * n), n)]
