@@ -173,6 +173,12 @@ def sampled_or_not_a_token_task(run: dict) -> bool:
     return with_later_keys(run["config"])["env"]["evaluation"]["kind"] == "sampled"
 
 
+def eval_schedules(runs: list[dict], task: str, algos: tuple[str, ...]) -> set[tuple[int, ...]]:
+    """The env steps the runs of these presets on a task were evaluated at, one tuple per schedule."""
+    return {tuple(int(step) for step in run["eval"]["env_steps"]) for run in runs
+            if run["env"] == task and run["algo"] in algos}
+
+
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
     runs = [run for run in runs if sampled_or_not_a_token_task(run)]
     scores = per_seed_scores([run for run in runs if run["algo"] in (candidate, "ppo")],
@@ -182,7 +188,10 @@ def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict |
                    and (task, "ppo") in scores
                    and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS
                    # equal budgets only: a task where the two trained different numbers of env steps is no comparison
-                   and not unequal_budgets([run for run in runs if run["env"] == task and run["algo"] in (candidate, "ppo")]))
+                   and not unequal_budgets([run for run in runs if run["env"] == task and run["algo"] in (candidate, "ppo")])
+                   # and for the area under the curve one evaluation schedule: the trapezoids of a coarser one cut
+                   # more off a concave curve
+                   and (metric != "auc" or len(eval_schedules(runs, task, (candidate, "ppo"))) == 1))
     if not tasks:
         return None
     seeds = min(min(len(scores[(t, candidate)]), len(scores[(t, "ppo")])) for t in tasks)

@@ -39,6 +39,10 @@ def test_a_candidate_better_on_every_seed_and_task_has_probability_one():
     longer = [{**r, "eval": r["eval"].assign(env_steps=[0, 100_000, 200_000])} if (r["env"], r["algo"]) ==
               ("Walker2d", "hp3o") else r for r in runs]
     assert measure(longer, "hp3o", "mujoco", "final")["tasks"] == "Hopper"  # Walker2d: not PPO's budget
+    coarser = [{**r, "eval": r["eval"].iloc[[0, 2]].reset_index(drop=True)} if (r["env"], r["algo"]) ==
+               ("Walker2d", "hp3o") else r for r in runs]  # the same budget, evaluated at its start and end only
+    assert measure(coarser, "hp3o", "mujoco", "auc")["tasks"] == "Hopper"  # Walker2d: areas of other trapezoids
+    assert measure(coarser, "hp3o", "mujoco", "final")["tasks"] == "Hopper, Walker2d"  # its final return compares
     beside = runs + [{**fake_run("Hopper", "ppo_kl", s, 50.0), "env_steps": 1_000_000} for s in range(3)]
     assert measure(beside, "hp3o", "mujoco", "final")["env_steps"] == "100k"  # the two compared, not a third preset
 
