@@ -91,6 +91,10 @@ def rung_steps(pruner: dict | None, total_steps: int) -> list[int]:
     """
     if pruner is None:
         return [total_steps]
+    if not (int(pruner["min_steps"]) >= 1 and int(pruner["reduction_factor"]) >= 2):  # else rungs never reach the end
+        raise SystemExit(f"config error: hydra.sweeper.pruner: min_steps must be >= 1 and reduction_factor >= 2 "
+                         f"(successive halving keeps 1 in reduction_factor at each rung), got min_steps="
+                         f"{pruner['min_steps']}, reduction_factor={pruner['reduction_factor']}")
     rungs, steps = [], int(pruner["min_steps"])
     while steps < total_steps:
         rungs.append(steps)
@@ -107,8 +111,16 @@ def distribution(key: str, spec: dict):
     import optuna
 
     if "choices" in spec:
-        return optuna.distributions.CategoricalDistribution(list(spec["choices"]))
+        choices = spec["choices"]
+        if not isinstance(choices, list) or not choices:  # a string would be searched letter by letter
+            raise ValueError(f"search space entry {key}: choices must be a non-empty list, got {choices!r}")
+        if repeated := [choice for i, choice in enumerate(choices) if choice in choices[:i]]:
+            raise ValueError(f"search space entry {key}: choices repeat {', '.join(map(repr, repeated))}")
+        return optuna.distributions.CategoricalDistribution(choices)
     if "low" in spec and "high" in spec:
+        if spec.get("int", False) and not all(float(spec[end]).is_integer() for end in ("low", "high")):
+            raise ValueError(f"search space entry {key}: int: true takes whole bounds (an integer range would "
+                             f"quietly round them), got low={spec['low']}, high={spec['high']}")
         kind, number = ((optuna.distributions.IntDistribution, int) if spec.get("int", False)
                         else (optuna.distributions.FloatDistribution, float))
         return kind(number(spec["low"]), number(spec["high"]), log=spec.get("log", False))
@@ -189,11 +201,29 @@ def within(dist, value) -> bool:
     return isinstance(value, (int, float)) and dist.low <= value <= dist.high
 
 
+def same_typed(read: Any, value: Any) -> bool:
+    """read is value, of its type (1 is not True, 0.001 is not '1e-3')."""
+    return type(read) is type(value) and read == value
+
+
 def override_value(value: Any) -> str:
-    """A Hydra override value that parses back to the same number or string."""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+    """A Hydra override value that parses back to the same value and type: numbers and plain strings as they print
+    (so the directories of stored trials keep their names), null for None, and a string that Hydra would read as
+    something else ('1e-3', 'null', 'true', '[a]') quoted."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    def parses_back(text: str) -> bool:
+        try:
+            return same_typed(OverridesParser.create().parse_override(f"key={text}").value(), value)
+        except Exception:  # Hydra's grammar refuses it
+            return False
+
+    text = "null" if value is None else repr(value) if isinstance(value, float) else str(value)
+    if not parses_back(text) and isinstance(value, str):
+        text = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if not parses_back(text):
+        raise ValueError(f"search space value {value!r} cannot be given as a Hydra override")
+    return text
 
 
 def never_trained(trial) -> bool:
@@ -541,7 +571,17 @@ def yaml_scalar(value: Any) -> str:
         if exponent and "." not in mantissa:
             text = f"{mantissa}.0e{exponent}"
         return text if ("." in text or "e" in text) else text + ".0"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = "null" if value is None else str(value)
+    if isinstance(value, str):
+        try:
+            read = OmegaConf.to_container(OmegaConf.create(f"value: {text}"))["value"]
+        except Exception:  # YAML cannot read it bare
+            read = None
+        if not same_typed(read, value):
+            return json.dumps(value)  # a string YAML would read as another type (yes, null, 1e-3) or not at all
+    return text
 
 
 def same_value(a: Any, b: Any) -> bool:

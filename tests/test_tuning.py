@@ -490,6 +490,24 @@ def test_a_study_run_elsewhere_is_reported_beside_its_database_and_the_rounds_re
         "error: --storage postgresql://somewhere/studies is no SQLite file to write beside: give --out\n")
 
 
+@pytest.mark.parametrize("value, override, written", [
+    (None, "null", "null"),  # a choice of no target_kl: once 'None', a string the validator refused every time
+    (True, "True", "true"), (3, "3", "3"), (1e-05, "1e-05", "1.0e-05"), ("ppo", "ppo", "ppo"),
+    ([64, 64], "[64, 64]", "[64, 64]"),
+    ("yes", "yes", '"yes"'), ("1e-3", "'1e-3'", '"1e-3"'), ("null", "'null'", '"null"'), ("it's", "'it\\'s'", "it's")])
+def test_a_searched_value_is_given_to_its_trials_and_written_by_apply_as_the_value_it_is(value, override, written):
+    """What a trial trains (its Hydra override) and what apply writes (YAML) read back as the value drawn, of its
+    type: None is null, a string that would read as a number or a bool is quoted; numbers and plain strings keep
+    the text they always had (the run directories of stored trials are named by it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    assert tuning.override_value(value) == override and tuning.yaml_scalar(value) == written
+    read = OverridesParser.create().parse_override(f"key={override}").value()
+    assert type(read) is type(value) and read == value
+    loaded = OmegaConf.to_container(OmegaConf.create(f"key: {written}"))["key"]
+    assert type(loaded) is type(value) and loaded == value
+
+
 def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_config):
     """Each entry a study could not search, one line naming it: not a range, bounds Optuna refuses, a key the
     config lacks, and a searched env.hparams value that a key typed on the command line stops the preset reading."""
@@ -499,7 +517,9 @@ def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_c
              "algo.lrr": {"low": 1e-4, "high": 1e-2}, "env.hparams.gae_lambda": {"low": 0.8, "high": 0.99},
              "env.hparams.lr": {"low": 1e-4, "high": 1e-2, "log": True}, "algo.max_grad_norm": {"choices": [0.5, 1]},
              "env.hparams.update_epochs": {"low": 1, "high": 20, "int": True},
-             "algo.num_minibatches": {"int": True, "low": 8}}
+             "algo.num_minibatches": {"int": True, "low": 8}, "algo.norm_adv": {"choices": "ab"},
+             "algo.clip_vloss": {"choices": [True, True]}, "env.hparams.num_minibatches": {"low": 0.5, "high": 4.5,
+                                                                                             "int": True}}
     assert tuning.search_space_problems("spaces.ppo", space, config) == [
         "spaces.ppo.algo.ent_coef: give {low: .., high: ..} (with log: true or int: true) or {choices: [..]}, got "
         "[0.0, 0.01]",
@@ -511,7 +531,18 @@ def test_a_search_space_that_cannot_be_searched_is_refused_entry_by_entry(make_c
         "key that read it (as algo.lr=... replaces algo.lr's ${env.hparams.lr}) would train every trial on the typed "
         "value; drop that override, or search the algo key itself",
         "spaces.ppo.algo.num_minibatches: give low/high (float; int: true for integers) or choices, got {'int': True, "
-        "'low': 8}"]
+        "'low': 8}",
+        "spaces.ppo.algo.norm_adv: choices must be a non-empty list, got 'ab'",
+        "spaces.ppo.algo.clip_vloss: choices repeat True",
+        "spaces.ppo.env.hparams.num_minibatches: int: true takes whole bounds (an integer range would quietly round "
+        "them), got low=0.5, high=4.5"]
+    for pruner in ({"min_steps": 0, "reduction_factor": 3}, {"min_steps": 1000, "reduction_factor": 1}):
+        with pytest.raises(SystemExit) as refused:  # the rungs would never reach the budget: it hung, growing
+            tuning.rung_steps(pruner, 100_000)
+        assert str(refused.value) == (
+            f"config error: hydra.sweeper.pruner: min_steps must be >= 1 and reduction_factor >= 2 (successive "
+            f"halving keeps 1 in reduction_factor at each rung), got min_steps={pruner['min_steps']}, "
+            f"reduction_factor={pruner['reduction_factor']}")
     # keys read through env.tuned, in a list (outer optimizer's betas) and by oc.select (a key the round adds)
     outer = make_config(["hydra/sweeper=tune", "+tune=classic_pruned", "algo=outer_ppo", "env=CartPole"])
     assert tuning.search_space_problems("s", {"env.tuned.outer_ppo.beta1": {"low": 0.0, "high": 0.99},
