@@ -345,6 +345,10 @@ class TuningStudy:
         wanted = min(self.trials_per_batch, self.n_trials - self.finished())
         if wanted <= 0 or not self.budget_left():
             return []
+        if self.env_step_budget is not None:  # no more trials than the budget left would train unpruned: a study
+            # ends within one trial's full cost of its budget, not a whole batch's
+            full = len(self.tasks) * len(self.seeds) * int(self.config.total_steps)
+            wanted = min(wanted, math.ceil((self.env_step_budget - self.spent_env_steps()) / full))
         # Seeded per batch from the number of finished trials (uncounted ones too, so that a batch after refused
         # trials asks other values): the same history asks the same values, whether or not the tuning command was
         # killed and resumed in between.

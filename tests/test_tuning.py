@@ -395,6 +395,23 @@ def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys
     assert "the search space gave 1 new values in 20 asks: the study asks no more" in out
 
 
+def test_a_batch_asks_no_more_trials_than_the_env_step_budget_left_would_train_unpruned():
+    """Four trials to a batch, each at most 2 tasks x 2 seeds x 1,000 env steps: with 5,000 of 40,000 left, two
+    trials (8,000 at most), not four (the committed rounds, asked in full batches, ended up to 15% past their
+    budget); with one step left, one; with the budget spent, none."""
+    distributions = {"algo.x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    for spent, asked in ((0, 4), (35_000, 2), (39_999, 1), (40_000, 0)):
+        study = optuna.create_study(direction="maximize")
+        study.add_trial(optuna.trial.create_trial(params={"algo.x": 0.5}, distributions=distributions, value=0.5,
+                                                  user_attrs={"env_steps": spent}))
+        tuner = tuning.TuningStudy.__new__(tuning.TuningStudy)  # the asking alone: no training
+        tuner.study, tuner.space, tuner.stale, tuner.env_step_budget = study, distributions, [], 40_000
+        tuner.n_trials, tuner.trials_per_batch, tuner.sampler_seed, tuner.n_startup_trials = 100, 4, 0, 10
+        tuner.tasks, tuner.seeds, tuner.config = ["CartPole", "Pendulum"], [1000, 1001], OmegaConf.create(
+            {"total_steps": 1000})
+        assert len(tuner.next_trials()) == asked, spent
+
+
 def test_a_trial_whose_values_differ_below_the_values_files_precision_repeats_the_earlier_one():
     """The HP3O+ 1M study's trial 5 drew its 300k best unrounded (threshold 0.21674264) beside trial 0's written
     0.2167, trained the same runs again and scored the same AUC: such values count as a repeat."""
