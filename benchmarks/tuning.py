@@ -22,8 +22,10 @@ objective is the mean over its runs (tuning tasks x tuning seeds).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -250,6 +252,30 @@ def trial_dir(trial) -> str:
     return f"trial{trial.number:03d}"
 
 
+def study_lock(storage: str, study_name: str, sweep_dir: Path):
+    """One tuning command per study at a time: a second would take the first's running trials for the stale trials
+    of a killed command, train them again and tell them twice (Optuna: 'Cannot tell a COMPLETE trial'), both
+    spending the budget. Held beside a SQLite database (<database>.<study_name>.lock), else in the sweep directory;
+    where neither can be written, TuningStudy says so in its own line."""
+    from benchmarks.engine.run_dir import held_lock
+
+    if storage.startswith("sqlite:///"):
+        database = Path(storage.removeprefix("sqlite:///"))
+        path = database.with_name(f"{database.name}.{study_name}.lock")
+    else:
+        path = sweep_dir / f".study-{study_name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writable = os.access(path.parent, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        return contextlib.nullcontext()
+    return held_lock(path, lambda holder: SystemExit(
+        f"config error: study {study_name} in {storage} is being tuned by another process (pid {holder}); wait for "
+        f"it to finish, or give this command another hydra.sweeper.study_name or storage"))
+
+
 class TuningStudy:
     """One preset's Optuna study, asked and told in batches; resumable from its storage."""
 
@@ -312,8 +338,8 @@ class TuningStudy:
         if enqueue_defaults and (not self.study.trials or asked and all(never_trained(t) for t in asked)):
             self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
         # Trials left running by a killed tuning command are run again with their own values (their runs
-        # resume from checkpoints). So one tuning command per study at a time: a second would take the
-        # first's running trials for stale. Optuna offers no public handle on a stored running trial
+        # resume from checkpoints). So one tuning command per study at a time (study_lock, held by the sweeper):
+        # a second would take the first's running trials for stale. Optuna offers no public handle on a stored running trial
         # other than Trial(study, trial_id); the id is FrozenTrial's _trial_id.
         import optuna.trial
 

@@ -105,6 +105,21 @@ def test_a_study_refuses_another_baseline_and_sweep_overrides(tmp_path):
     assert swept.returncode != 0 and "takes no sweep overrides (got seed=0,1)" in swept.stderr
 
 
+def test_a_second_tuning_command_on_a_study_being_tuned_is_refused_before_it_reads_the_study(tmp_path):
+    """Two tuning commands on one study (a rerun while the first still runs): the second would take the first's
+    running trials for those of a killed command and train them again. It is refused in one line naming the
+    holder, before it stores or asks anything; the lock goes with the command that held it."""
+    import os
+
+    with tuning.study_lock(f"sqlite:///{tmp_path}/study.db", "ppo", tmp_path / "runs"):
+        refused = run_python(tune_command(tmp_path, "hydra.sweeper.n_trials=1"), cwd=tmp_path, timeout=600)
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == (
+        f"config error: study ppo in sqlite:///{tmp_path}/study.db is being tuned by another process (pid "
+        f"{os.getpid()}); wait for it to finish, or give this command another hydra.sweeper.study_name or storage")
+    assert optuna.get_all_study_names(storage=f"sqlite:///{tmp_path}/study.db") == []
+    assert not (tmp_path / "study.db.ppo.lock").exists()
+
+
 def test_apply_writes_the_best_values_where_the_presets_read_them(tmp_path, monkeypatch):
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)

@@ -9,6 +9,7 @@ import importlib
 import os
 import platform
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,16 +25,23 @@ class RunLockedError(RuntimeError):
     """Another live process is training in this run directory."""
 
 
-@contextlib.contextmanager
 def run_lock(run_dir: Path):
-    """Hold run_dir/.lock for as long as this process trains there; a second process is refused.
+    """Hold run_dir/.lock for as long as this process trains there; a second process is refused."""
+    return held_lock(run_dir / LOCK_FILE, lambda holder: RunLockedError(
+        f"{run_dir} is being trained by another process (pid {holder}); wait for it to finish, or choose another run "
+        f"directory"))
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, refusal: Callable[[str], BaseException]):
+    """Hold the lock file `path` (holding this process's pid) while the block runs; another process is refused with
+    refusal(its holder's pid).
 
     flock: the kernel releases it when the holder exits, however it exits (kill -9 included),
     so a stale lock never blocks a resume.
     """
     import fcntl
 
-    path = run_dir / LOCK_FILE
     while True:
         handle = open(path, "a+")
         try:
@@ -42,8 +50,7 @@ def run_lock(run_dir: Path):
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
             handle.close()
-            raise RunLockedError(f"{run_dir} is being trained by another process (pid {holder}); wait for it to "
-                                 f"finish, or choose another run directory") from None
+            raise refusal(holder) from None
         # The holder before us removes the file as it releases it: a lock taken on a removed file is no lock.
         try:
             on_disk = os.stat(path)

@@ -49,7 +49,7 @@ class TuneSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> None:
-        from benchmarks.tuning import TuningStudy, search_space_problems, space_searched
+        from benchmarks.tuning import TuningStudy, search_space_problems, space_searched, study_lock
 
         parsed = OverridesParser.create().parse_overrides(arguments)
         swept = [o.input_line for o in parsed if o.is_sweep_override()]
@@ -72,27 +72,29 @@ class TuneSweeper(Sweeper):
         problems = search_space_problems(f"hydra.sweeper.search_spaces.{space_name}", space, self.config)
         if problems:
             raise SystemExit("\n".join(f"config error: {problem}" for problem in problems))
-        study = TuningStudy(config=self.config, search_space=space,
-                            sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
-        job_index = 0
-        while True:
-            trials = batch = study.next_trials()
-            if not trials:
-                break
-            # Rung by rung (one rung, the whole budget, without a pruner): the trials still in train to the rung's
-            # env steps, pausing there with a checkpoint; successive halving then stops the worst of them.
-            for rung in study.rungs:
+        # one tuning command per study at a time (study_lock); the stale trials it resumes are read under it
+        with study_lock(self.settings["storage"], study_name, Path(self.config.hydra.sweep.dir)):
+            study = TuningStudy(config=self.config, search_space=space,
+                                sweep_dir=Path(self.config.hydra.sweep.dir), **self.settings)
+            job_index = 0
+            while True:
+                trials = batch = study.next_trials()
                 if not trials:
-                    break  # every trial of the batch stopped at an earlier rung
-                jobs = [overrides for trial in trials for overrides in study.job_overrides(trial, arguments, rung)]
-                log.info("tuning %s: trial(s) %s to %d env steps (%d jobs; %s env steps spent so far)", preset,
-                         ", ".join(str(t.number) for t in trials), rung, len(jobs), f"{study.spent_env_steps():,}")
-                self.launcher.launch(jobs, initial_job_idx=job_index)
-                job_index += len(jobs)
-                if rung == study.rungs[-1]:
-                    for trial in trials:
-                        study.finish(trial)
-                else:
-                    trials = [trial for trial in trials if study.judge_at_rung(trial, rung)]
-            study.refuse_untrained_batch(batch)
-        study.log_summary()
+                    break
+                # Rung by rung (one rung, the whole budget, without a pruner): the trials still in train to the rung's
+                # env steps, pausing there with a checkpoint; successive halving then stops the worst of them.
+                for rung in study.rungs:
+                    if not trials:
+                        break  # every trial of the batch stopped at an earlier rung
+                    jobs = [overrides for trial in trials for overrides in study.job_overrides(trial, arguments, rung)]
+                    log.info("tuning %s: trial(s) %s to %d env steps (%d jobs; %s env steps spent so far)", preset,
+                             ", ".join(str(t.number) for t in trials), rung, len(jobs), f"{study.spent_env_steps():,}")
+                    self.launcher.launch(jobs, initial_job_idx=job_index)
+                    job_index += len(jobs)
+                    if rung == study.rungs[-1]:
+                        for trial in trials:
+                            study.finish(trial)
+                    else:
+                        trials = [trial for trial in trials if study.judge_at_rung(trial, rung)]
+                study.refuse_untrained_batch(batch)
+            study.log_summary()
