@@ -62,6 +62,14 @@ def normalised_auc(run_dir: Path, paused_at: int | None = None) -> float:
         raise ValueError(f"{env['name']} has no env.reference_score: it cannot be a tuning task "
                          f"(its returns cannot be normalised)")
     curve = read_csv_complete_rows(run_dir / "eval.csv").set_index("env_steps")["eval_return_mean"].astype(float)
+    if paused_at is not None:  # the curve a run paused at this rung has: up to the first iteration's end at or past it
+        rollout = int(env.get("num_envs", 1)) * int(env.get("num_steps", 1))
+        if int(summary.get("env_steps") or 0) < paused_at:
+            raise RunNotComplete(f"{run_dir}: trained {int(summary.get('env_steps') or 0):,} env steps, short of this "
+                                 f"rung's {paused_at:,}")
+        # (a run that trained on - a trial resumed past a rung it was judged at, a run of another study in this
+        # sweep directory - is scored as it stood there, not over its whole curve)
+        curve = curve[curve.index <= math.ceil(paused_at / rollout) * rollout]
     normalised = (curve - env["random_score"]) / (env["reference_score"] - env["random_score"])
     return area_under_curve(normalised)
 
@@ -397,8 +405,10 @@ class TuningStudy:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             print(f"trial {trial.number} would repeat trial {repeated}'s values: not trained, not counted; asking "
                   f"again")
-        if len(trials) < wanted:
-            print(f"the search space gave {len(trials)} new values in {10 * wanted} asks: the study asks no more")
+        if not trials:  # an empty batch ends the study (the sweeper asks no more)
+            print(f"the search space gave no new values in {10 * wanted} asks: the study asks no more")
+        elif len(trials) < wanted:
+            print(f"the search space gave {len(trials)} new values in {10 * wanted} asks: a batch of {len(trials)}")
         return trials
 
     def repeats(self, trial) -> int | None:
@@ -454,7 +464,7 @@ class TuningStudy:
 
         scores, problems = self.scores(trial, rung)
         if problems or not scores:
-            self.finish(trial)  # fails it, with its problems
+            self.finish(trial, problems)  # fails it, with the problems met at this rung (not its paused runs')
             return False
         # a trial resumed after a stop reported its earlier rungs already (Optuna would keep the first and warn)
         if rung not in self.study.trials[trial.number].intermediate_values:
@@ -472,10 +482,12 @@ class TuningStudy:
         trial.set_user_attr("env_steps", sum(trained_env_steps(run_dir) for run_dir in runs))
         trial.set_user_attr("train_seconds", sum(training_seconds(run_dir) for run_dir in runs))
 
-    def finish(self, trial) -> None:
+    def finish(self, trial, problems: list[str] | None = None) -> None:
+        """Tell the trial its objective over its whole runs, or failed: with `problems`, those met at a rung."""
         import optuna
 
-        scores, problems = self.scores(trial, None)
+        scores, found = self.scores(trial, None)
+        problems = found if problems is None else problems or ["no run was scored"]
         for name, score in scores.items():
             trial.set_user_attr(name, score)
         self.record_spent(trial)

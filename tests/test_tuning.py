@@ -31,6 +31,25 @@ def test_objective_is_the_normalised_area_under_the_eval_curve(tmp_path):
         tuning.normalised_auc(tmp_path / "b")
 
 
+def test_a_run_scored_at_a_rung_is_scored_on_its_curve_up_to_the_rung_however_far_it_trained(tmp_path):
+    """At a rung of 150 env steps (iterations of 100: a run pauses at 200), a paused run and one that trained on to
+    400 (a trial resumed past a rung it was judged at, or a run of another study in the sweep directory) score the
+    same area, that of the curve up to 200; a run short of the rung is not scored."""
+    curve = ((0, 10.0), (100, 30.0), (200, 30.0), (300, 50.0), (400, 50.0))
+    write_run(tmp_path / "paused", status="paused", curve=curve[:3])
+    write_run(tmp_path / "on", curve=curve)
+    for name, steps in (("paused", 200), ("on", 400)):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        summary["env_steps"] = steps
+        summary["config"]["env"].update(num_envs=2, num_steps=50)
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    assert tuning.normalised_auc(tmp_path / "on", paused_at=150) == tuning.normalised_auc(tmp_path / "paused",
+                                                                                          paused_at=150) == 0.375
+    assert tuning.normalised_auc(tmp_path / "on") == pytest.approx((0.25 + 0.5 + 0.75 + 1.0) * 100 / 400)
+    with pytest.raises(tuning.RunNotComplete, match="trained 200 env steps, short of this rung's 300"):
+        tuning.normalised_auc(tmp_path / "paused", paused_at=300)
+
+
 def tune_command(tmp_path, *extra):
     return [sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=tune", "+tune=classic", "algo=ppo",
             "env.num_steps=64", "total_steps=512", "eval.every_steps=256", "eval.episodes=1",
@@ -407,7 +426,9 @@ def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys
     assert tuner.finished() == 1  # the repeats are not counted
     out = capsys.readouterr().out
     assert "would repeat trial 0's values: not trained, not counted; asking again" in out
-    assert "the search space gave 1 new values in 20 asks: the study asks no more" in out
+    assert "the search space gave 1 new values in 20 asks: a batch of 1" in out
+    assert tuner.next_trials() == []  # nothing new left: only now does the study end, and say so
+    assert "the search space gave no new values in 20 asks: the study asks no more" in capsys.readouterr().out
 
 
 def test_a_batch_asks_no_more_trials_than_the_env_step_budget_left_would_train_unpruned():
@@ -471,6 +492,21 @@ def test_a_resumed_trial_reports_each_rung_once(recwarn):
     assert tuner.judge_at_rung(trial, 1000) and tuner.judge_at_rung(trial, 1000)
     assert tuner.study.trials[trial.number].intermediate_values == {1000: 0.5}
     assert not [w for w in recwarn if "already reported" in str(w.message)]
+
+
+def test_a_trial_failing_at_a_rung_names_the_run_that_failed_not_the_ones_paused_there(capsys):
+    """One seed of a population goes non-finite before a rung, the other pauses there as asked: the trial fails
+    naming the failed run only (its paused seed was listed as a failure too, rescored as if at the end)."""
+    tuner = tuning.TuningStudy.__new__(tuning.TuningStudy)  # only judge_at_rung's and finish's parts
+    tuner.study = optuna.create_study(direction="maximize")
+    at_end = ({}, ["runs/seed1000: paused at 512 env steps (resumable)", "runs/seed1001: failed: NonFiniteError"])
+    tuner.scores = lambda trial, rung: ({"CartPole/seed1000": 0.5}, ["runs/seed1001: failed: NonFiniteError"]) \
+        if rung is not None else at_end
+    tuner.record_spent = lambda trial: None
+    trial = tuner.study.ask()
+    assert not tuner.judge_at_rung(trial, 512)
+    assert tuner.study.trials[trial.number].user_attrs["failed_runs"] == ["runs/seed1001: failed: NonFiniteError"]
+    assert capsys.readouterr().out == f"trial {trial.number} failed: runs/seed1001: failed: NonFiniteError\n"
 
 
 def test_every_committed_study_table_regenerates_byte_for_byte_and_names_the_committed_figures(tmp_path, monkeypatch):
