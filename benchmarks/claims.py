@@ -376,7 +376,9 @@ def claims_markdown(table: pd.DataFrame, suites: list[Path]) -> str:
 
     def detectable(row) -> str:
         if row["metric"] == "std" and math.isnan(row["detectable"]):  # statistics.detectable_std_ratio
-            return f"none at {row['seeds']} seeds (a resample without spread leaves the interval unbounded)"
+            tasks = len(row["tasks"].split(", "))
+            return (f"none at {row['seeds']} seeds over {tasks} task{'s' * (tasks != 1)} (a resample without spread "
+                    f"leaves the interval unbounded)")
         if row["metric"] == "std":
             return f"<= {row['detectable']:.2f} or >= {1 / row['detectable']:.2f}"
         return f">= {row['detectable']:.2f} or <= {1 - row['detectable']:.2f}"

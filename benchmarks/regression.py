@@ -75,7 +75,8 @@ def schedule_difference(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
 
 def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float, min_effect: float,
             resamples: int) -> pd.DataFrame:
-    """One row per (env, algo, metric) of the reference; table.attrs["notes"]: a line per INCOMPARABLE cell."""
+    """One row per (env, algo, metric) of the reference; table.attrs["notes"]: a line per INCOMPARABLE cell and per
+    cell MISSING some of the reference's runs."""
     reference, candidate = group_runs(reference_runs), group_runs(candidate_runs)
     rows, notes = [], []
     for key in sorted(reference):
@@ -92,7 +93,8 @@ def compare(reference_runs: list[dict], candidate_runs: list[dict], alpha: float
             rows.append({**no_metrics, "verdict": "MISSING"})
             absent = sorted({run["seed"] for run in reference[key]} - {run["seed"] for run in candidate[key]})
             notes.append(f"MISSING {env} {algo}: the candidate has {len(candidate[key])} complete runs, the reference "
-                         f"{len(reference[key])}" + (f" (none of seed {', '.join(map(str, absent))})" if absent else "")
+                         f"{len(reference[key])}" + (f" (no complete run of seed(s) {', '.join(map(str, absent))})"
+                                                     if absent else "")
                          + ": a seed that failed or did not finish is not compared as if it had not been asked")
             continue
         expected = eval_schedule(reference[key][0])

@@ -114,7 +114,7 @@ def detectable_std_ratio(seeds: int, tasks: int) -> float:
     tasks 1/((n-1)T), so the ratio must be below exp(-1.96 / sqrt((n-1)T)) (or above its inverse). 5 seeds, 3 tasks:
     0.568. nan where no ratio is: with so few seeds, more than 2.5% of seed_std_ratio's resamples draw one seed n
     times on some task (probability 1 - (1 - n^(1-n))^T per side), a side without spread, so its bounds are 0 and
-    infinity whatever the runs (3 seeds; 4 seeds over 2 tasks or more)."""
+    infinity whatever the runs (2 or 3 seeds; 4 over 2 tasks or more; 5 over 16 or more)."""
     if 1 - (1 - float(seeds) ** (1 - seeds)) ** tasks > (1 - 0.95) / 2:
         return math.nan
     return float(np.exp(-Z95 / np.sqrt((seeds - 1) * tasks)))
@@ -131,11 +131,11 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
     are not clipped (0 or infinity; the point nan where tasks of both kinds meet)."""
     candidate, baseline = np.asarray(candidate, dtype=float), np.asarray(baseline, dtype=float)
 
-    def log_ratios(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:  # [..., seeds, tasks] -> [..., tasks]
+    def log_ratios(ours: np.ndarray, theirs: np.ndarray, clip: bool = True) -> np.ndarray:  # [.., seeds, tasks]
         spread_ours, spread_theirs = ours.std(axis=-2), theirs.std(axis=-2)
         with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(spread_ours) - np.log(spread_theirs)
-        return np.clip(np.where((spread_ours == 0) & (spread_theirs == 0), 0.0, logs), -50, 50)
+            logs = np.where((spread_ours == 0) & (spread_theirs == 0), 0.0, np.log(spread_ours) - np.log(spread_theirs))
+        return np.clip(logs, -50, 50) if clip else logs
 
     rng = np.random.default_rng(seed)
     columns = np.arange(candidate.shape[1])
@@ -153,7 +153,6 @@ def seed_std_ratio(candidate: np.ndarray, baseline: np.ndarray, seed: int = 0,
         low = 0.0
     # The estimate itself unclipped: a task where one side's seeds do not spread has a ratio of 0 or infinity, and
     # so has the geometric mean (undefined, nan, with one of each), not e^(50/T).
-    spread_ours, spread_theirs = candidate.std(axis=0), baseline.std(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where((spread_ours == 0) & (spread_theirs == 0), 0.0, np.log(spread_ours) - np.log(spread_theirs))
+    logs = log_ratios(candidate, baseline, clip=False)
+    with np.errstate(invalid="ignore"):
         return float(np.exp(logs.mean())), float(low), float(high), np.exp(logs)

@@ -126,6 +126,8 @@ def distribution(key: str, spec: dict):
             raise ValueError(f"search space entry {key}: choices must be a non-empty list, got {choices!r}")
         if repeated := [choice for i, choice in enumerate(choices) if choice in choices[:i]]:
             raise ValueError(f"search space entry {key}: choices repeat {', '.join(map(repr, repeated))}")
+        for choice in choices:  # each must reach its trials as itself (refused here, before a trial is asked)
+            override_value(choice)
         return optuna.distributions.CategoricalDistribution(choices)
     if "low" in spec and "high" in spec:
         if spec.get("int", False) and not all(float(spec[end]).is_integer() for end in ("low", "high")):
@@ -232,7 +234,7 @@ def override_value(value: Any) -> str:
     if not parses_back(text) and isinstance(value, str):
         text = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if not parses_back(text):
-        raise ValueError(f"search space value {value!r} cannot be given as a Hydra override")
+        raise ValueError(f"search space entry: the value {value!r} cannot be given to a run as a Hydra override")
     return text
 
 
@@ -263,8 +265,8 @@ def trial_dir(trial) -> str:
 def study_lock(storage: str, study_name: str, sweep_dir: Path):
     """One tuning command per study at a time: a second would take the first's running trials for the stale trials
     of a killed command, train them again and tell them twice (Optuna: 'Cannot tell a COMPLETE trial'), both
-    spending the budget. Held beside a SQLite database (<database>.<study_name>.lock), else in the sweep directory;
-    where neither can be written, TuningStudy says so in its own line."""
+    spending the budget. Held beside a SQLite database (<database>.<study_name>.lock), else in the sweep directory
+    (flock: one machine's processes); where that directory cannot be written, none is held."""
     from benchmarks.engine.run_dir import held_lock
 
     if storage.startswith("sqlite:///"):
@@ -381,7 +383,7 @@ class TuningStudy:
             return []
         if self.env_step_budget is not None:  # no more trials than the budget left would train unpruned: a study
             # ends within one trial's full cost of its budget, not a whole batch's
-            full = len(self.tasks) * len(self.seeds) * int(self.config.total_steps)
+            full = max(1, len(self.tasks) * len(self.seeds) * int(self.config.total_steps))
             wanted = min(wanted, math.ceil((self.env_step_budget - self.spent_env_steps()) / full))
         # Seeded per batch from the number of finished trials (uncounted ones too, so that a batch after refused
         # trials asks other values): the same history asks the same values, whether or not the tuning command was
@@ -408,7 +410,7 @@ class TuningStudy:
         if not trials:  # an empty batch ends the study (the sweeper asks no more)
             print(f"the search space gave no new values in {10 * wanted} asks: the study asks no more")
         elif len(trials) < wanted:
-            print(f"the search space gave {len(trials)} new values in {10 * wanted} asks: a batch of {len(trials)}")
+            print(f"the search space gave {len(trials)} new value(s) in {10 * wanted} asks: a batch of {len(trials)}")
         return trials
 
     def repeats(self, trial) -> int | None:
@@ -814,7 +816,8 @@ def study_rows(tune: str, storage: str | None = None) -> list[dict]:
 
 
 def report(tune: str, out: Path, storage: str | None = None) -> None:
-    """Every study of the round's storage (or of `storage`: a study run with hydra.sweeper.storage=...)."""
+    """Every study of the round's storage into <out>/<tune>.md and its figures; or of `storage` (a study run with
+    hydra.sweeper.storage=...), named after its SQLite file (my_study.md), so that no round's report is written over."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -852,7 +855,8 @@ def report(tune: str, out: Path, storage: str | None = None) -> None:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{tune}.md").write_text("\n".join(lines) + "\n")
+    name = Path(storage.removeprefix("sqlite:///")).stem if storage and storage.startswith("sqlite:///") else tune
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
     import optuna
@@ -861,7 +865,7 @@ def report(tune: str, out: Path, storage: str | None = None) -> None:
         complete = [t for t in row["study"].trials if t.state == optuna.trial.TrialState.COMPLETE]
         space = row["study"].user_attrs.get("base", {}).get("search_space", {})
         if complete and space:
-            sensitivity_figure(tune, row, complete, space, out)
+            sensitivity_figure(name, row, complete, space, out)
 
 
 def trial_lines(study) -> list[str]:
@@ -972,7 +976,8 @@ def main(argv: list[str] | None = None) -> None:
     show = commands.add_parser("report", help="table and sensitivity figures of every study of a tuning config")
     show.add_argument("--tune", type=conf_name("tune"), required=True)
     show.add_argument("--storage", help="another storage than the tuning config's (a study run with "
-                                        "hydra.sweeper.storage=...): its report goes beside its SQLite file")
+                                        "hydra.sweeper.storage=...): its report, named after its SQLite file, goes "
+                                        "beside it")
     show.add_argument("--out", type=Path, help="directory to write <tune>.md and the figures to (default: "
                                                "results/tuning, or beside --storage's SQLite file)")
     transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
@@ -996,7 +1001,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "apply":
         apply_best(args.tune, args.algo, args.storage)
     else:
-        out = args.out
+        out, own = args.out, tune_config(args.tune)["hydra"]["sweeper"]["storage"]
+        if args.storage is not None and Path(args.storage.removeprefix("sqlite:///")).resolve() == \
+                Path(own.removeprefix("sqlite:///")).resolve():
+            args.storage = None  # the round's own database: its own report
         if out is None and args.storage is None:
             out = PROJECT_ROOT / "results" / "tuning"
         elif out is None:  # not over the round's committed report

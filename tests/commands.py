@@ -55,11 +55,12 @@ def run_python(command: list[str], *, cwd=None, env: dict | None = None, timeout
     run the command as a fresh interpreter would."""
     environment = dict(os.environ if env is None else env)
     served = os.environ.get("TESTS_FORK_SERVER") != "0" and capture_output and text
-    if served and _a_command_of_this_tree(command, cwd) \
+    if served and _unavailable is None and _a_command_of_this_tree(command, cwd) \
             and _differences(environment, os.environ) <= READ_WHEN_A_RUN_STARTS:
         server = _the_server()
-        changes = {name: environment.get(name) for name in _differences(environment, server.environment)}
-        return server.run(command, cwd, changes, timeout)
+        if server is not None:
+            changes = {name: environment.get(name) for name in _differences(environment, server.environment)}
+            return server.run(command, cwd, changes, timeout)
     return subprocess.run(command, cwd=cwd, env=env, timeout=timeout, capture_output=capture_output, text=text)
 
 
@@ -156,17 +157,23 @@ def _text(output) -> str:
 
 
 _server: _Server | None = None
+_unavailable: str | None = None  # why no server can run here: every command then starts a fresh interpreter
 
 
-def _the_server() -> _Server:
+def _the_server() -> _Server | None:
     """The server, started again when it has died or when this process's environment has changed where a command
-    could tell (a test that set a variable for good, such as the sweep id Hydra's callback exports)."""
-    global _server
+    could tell (a test that set a variable for good, such as the sweep id Hydra's callback exports); None where it
+    cannot run (it needs Linux: pidfd_open, SOCK_SEQPACKET), said once."""
+    global _server, _unavailable
     if _server is not None and (_server.process.poll() is not None
                                 or _differences(dict(os.environ), _server.environment) - READ_WHEN_A_RUN_STARTS):
         _server.close()
         _server = None
     if _server is None:
+        if not hasattr(os, "pidfd_open") or not hasattr(socket, "SOCK_SEQPACKET"):
+            _unavailable = "this system has no os.pidfd_open or SOCK_SEQPACKET (Linux has both)"
+            print(f"tests/commands.py: every command starts a fresh interpreter: {_unavailable}", file=sys.stderr)
+            return None
         _server = _Server()
     return _server
 

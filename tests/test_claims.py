@@ -57,7 +57,8 @@ def test_variance_ratio_is_the_geometric_mean_of_per_task_seed_std_ratios():
     assert row["ci_low"] < 1 < row["ci_high"] and math.isnan(row["detectable"])  # none at 3 seeds: below
     table = claims_table(runs)
     assert set(table["preset"]) == {"hp3o"} and (table["seeds"] == 3).all()
-    assert "none at 3 seeds (a resample without spread leaves the interval unbounded)" in claims_markdown(table, [])
+    assert "none at 3 seeds over 2 tasks (a resample without spread leaves the interval unbounded)" in \
+        claims_markdown(table, [])
 
 
 def test_the_variance_ratio_interval_resamples_seeds_within_each_task():

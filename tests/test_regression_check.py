@@ -204,8 +204,8 @@ def test_a_candidate_seed_that_failed_makes_its_cell_missing_not_compared_withou
         table = compare(reference, survivors, ALPHA, MIN_EFFECT, RESAMPLES)
         assert list(table["verdict"]) == ["MISSING"]
         assert table.attrs["notes"] == [
-            f"MISSING Toy ppo: the candidate has {len(survivors)} complete runs, the reference 3 (none of seed "
-            f"{absent}): a seed that failed or did not finish is not compared as if it had not been asked"]
+            f"MISSING Toy ppo: the candidate has {len(survivors)} complete runs, the reference 3 (no complete run of "
+            f"seed(s) {absent}): a seed that failed or did not finish is not compared as if it had not been asked"]
     other_seeds = synthetic_runs([0, 0, 0, 100.0, 110.0, 60.0])[3:]  # seeds 3-5: as many runs, compared
     assert set(compare(reference, other_seeds, ALPHA, MIN_EFFECT, RESAMPLES)["verdict"]) == {"ok"}
 

@@ -358,9 +358,10 @@ def test_a_preset_an_aggregate_leaves_out_is_named_with_why_ppo_included():
     assert list(table["algo"]) == ["hp3o"] and "poi_vs_ppo" not in table
     assert table.attrs["left_out"] == ["hp3o_plus (no run of HalfCheetah)",
                                        "ppo (5 seeds on HalfCheetah, 10 seeds on Hopper)"]
+    text = aggregate_markdown(table, "s")
     assert ("Left out, as an aggregate compares presets over the same tasks with one number of seeds on each: "
-            "hp3o_plus (no run of HalfCheetah), ppo (5 seeds on HalfCheetah, 10 seeds on Hopper).") in \
-        aggregate_markdown(table, "s")
+            "hp3o_plus (no run of HalfCheetah), ppo (5 seeds on HalfCheetah, 10 seeds on Hopper).") in text
+    assert "best return); no probability of improvement over PPO, which is left out.\n\n|" in text
 
 
 def test_a_preset_trained_for_another_budget_than_ppo_is_not_compared_with_it_in_the_table(monkeypatch):

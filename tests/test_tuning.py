@@ -426,7 +426,7 @@ def test_values_a_trial_already_trained_are_not_trained_again_nor_counted(capsys
     assert tuner.finished() == 1  # the repeats are not counted
     out = capsys.readouterr().out
     assert "would repeat trial 0's values: not trained, not counted; asking again" in out
-    assert "the search space gave 1 new values in 20 asks: a batch of 1" in out
+    assert "the search space gave 1 new value(s) in 20 asks: a batch of 1" in out
     assert tuner.next_trials() == []  # nothing new left: only now does the study end, and say so
     assert "the search space gave no new values in 20 asks: the study asks no more" in capsys.readouterr().out
 
@@ -548,10 +548,14 @@ def test_a_study_run_elsewhere_is_reported_beside_its_database_and_the_rounds_re
     shutil.copy(ROOT / "results" / "tuning" / "classic.db", tmp_path / "mine.db")
     monkeypatch.setattr(tuning, "sensitivity_figure", lambda tune, row, complete, space, out: None)
     tuning.main(["report", "--tune", "classic", "--storage", f"sqlite:///{tmp_path}/mine.db"])
-    written = (tmp_path / "classic.md").read_text().split("\n")
+    written = (tmp_path / "mine.md").read_text().split("\n")  # named after its database: no round's report
     assert written[0] == f"# Tuning studies: classic (sqlite:///{tmp_path}/mine.db)"
     assert written[1:] == committed.decode().split("\n")[1:]  # the same studies, so the same table
     assert (ROOT / "results" / "tuning" / "classic.md").read_bytes() == committed
+    # the round's own database given as --storage: the round's own report
+    tuning.main(["report", "--tune", "classic", "--storage", "sqlite:///results/tuning/classic.db", "--out",
+                 str(tmp_path / "own")])
+    assert (tmp_path / "own" / "classic.md").read_bytes() == committed
     with pytest.raises(SystemExit):
         tuning.main(["report", "--tune", "classic", "--storage", "postgresql://somewhere/studies"])
     assert capsys.readouterr().err.endswith(
