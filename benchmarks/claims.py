@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.engine.validate import get_dotted
+from benchmarks.regression import eval_schedule
 from benchmarks.report import RESULTS
 from benchmarks.statistics import (area_under_curve, detectable_improvement, detectable_std_ratio,
                                    probability_of_improvement, seed_std_ratio)
@@ -173,25 +174,23 @@ def sampled_or_not_a_token_task(run: dict) -> bool:
     return with_later_keys(run["config"])["env"]["evaluation"]["kind"] == "sampled"
 
 
-def eval_schedules(runs: list[dict], task: str, algos: tuple[str, ...]) -> set[tuple[int, ...]]:
-    """The env steps the runs of these presets on a task were evaluated at, one tuple per schedule."""
-    return {tuple(int(step) for step in run["eval"]["env_steps"]) for run in runs
-            if run["env"] == task and run["algo"] in algos}
-
-
 def measure(runs: list[dict], candidate: str, group: str, metric: str) -> dict | None:
     runs = [run for run in runs if sampled_or_not_a_token_task(run)]
     scores = per_seed_scores([run for run in runs if run["algo"] in (candidate, "ppo")],
                              "auc" if metric == "auc" else "final")
     families = task_families(runs)
+
+    def compared(task: str) -> list[dict]:
+        return [run for run in runs if run["env"] == task and run["algo"] in (candidate, "ppo")]
+
     tasks = sorted(task for task, algo in scores if algo == candidate and in_group(families[task], group)
                    and (task, "ppo") in scores
                    and min(len(scores[(task, candidate)]), len(scores[(task, "ppo")])) >= MIN_SEEDS
                    # equal budgets only: a task where the two trained different numbers of env steps is no comparison
-                   and not unequal_budgets([run for run in runs if run["env"] == task and run["algo"] in (candidate, "ppo")])
+                   and not unequal_budgets(compared(task))
                    # and for the area under the curve one evaluation schedule: the trapezoids of a coarser one cut
                    # more off a concave curve
-                   and (metric != "auc" or len(eval_schedules(runs, task, (candidate, "ppo"))) == 1))
+                   and (metric != "auc" or len(set(map(eval_schedule, compared(task)))) == 1))
     if not tasks:
         return None
     seeds = min(min(len(scores[(t, candidate)]), len(scores[(t, "ppo")])) for t in tasks)

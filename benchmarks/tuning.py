@@ -269,8 +269,7 @@ def study_lock(storage: str, study_name: str, sweep_dir: Path):
     (flock: one machine's processes); where that directory cannot be written, none is held."""
     from benchmarks.engine.run_dir import held_lock
 
-    if storage.startswith("sqlite:///"):
-        database = Path(storage.removeprefix("sqlite:///"))
+    if (database := sqlite_file(storage)) is not None:
         path = database.with_name(f"{database.name}.{study_name}.lock")
     else:
         path = sweep_dir / f".study-{study_name}.lock"
@@ -305,8 +304,7 @@ class TuningStudy:
         self.n_trials, self.trials_per_batch = n_trials, trials_per_batch
         self.sampler_seed, self.n_startup_trials = sampler_seed, n_startup_trials
         self.tasks, self.seeds = tasks, seeds
-        if storage.startswith("sqlite:///"):
-            database = Path(storage.removeprefix("sqlite:///"))
+        if (database := sqlite_file(storage)) is not None:
             try:
                 database.parent.mkdir(parents=True, exist_ok=True)
                 database.touch(exist_ok=True)
@@ -349,8 +347,8 @@ class TuningStudy:
             self.study.enqueue_trial(defaults, user_attrs={"defaults": True})
         # Trials left running by a killed tuning command are run again with their own values (their runs
         # resume from checkpoints). So one tuning command per study at a time (study_lock, held by the sweeper):
-        # a second would take the first's running trials for stale. Optuna offers no public handle on a stored running trial
-        # other than Trial(study, trial_id); the id is FrozenTrial's _trial_id.
+        # a second would take the first's running trials for stale. Optuna offers no public handle on a stored
+        # running trial other than Trial(study, trial_id); the id is FrozenTrial's _trial_id.
         import optuna.trial
 
         self.stale = [optuna.trial.Trial(self.study, t._trial_id) for t in self.study.trials
@@ -547,11 +545,16 @@ def tune_config(tune: str) -> dict:
     return {"hydra": {"sweeper": OmegaConf.to_container(config.hydra.sweeper, resolve=False)}}
 
 
+def sqlite_file(storage: str) -> Path | None:
+    """The database file of an sqlite:/// storage URL (relative: to the current directory), else None."""
+    return Path(storage.removeprefix("sqlite:///")) if storage.startswith("sqlite:///") else None
+
+
 def existing_storage(storage: str) -> str:
     """The storage, if its database exists (reading a missing SQLite file would create an empty one), else the one
     line that says it does not (a relative file is read from the current directory, where run.py writes it)."""
-    path = Path(storage.removeprefix("sqlite:///"))
-    if storage.startswith("sqlite:///") and not path.exists():
+    path = sqlite_file(storage)
+    if path is not None and not path.exists():
         where = "" if path.is_absolute() else f" under {Path.cwd()} (a study writes it where run.py ran)"
         raise SystemExit(f"error: no study database {path}{where}")
     return storage
@@ -855,7 +858,7 @@ def report(tune: str, out: Path, storage: str | None = None) -> None:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]
     out.mkdir(parents=True, exist_ok=True)
-    name = Path(storage.removeprefix("sqlite:///")).stem if storage and storage.startswith("sqlite:///") else tune
+    name = sqlite_file(storage).stem if storage and sqlite_file(storage) else tune
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -978,8 +981,8 @@ def main(argv: list[str] | None = None) -> None:
     show.add_argument("--storage", help="another storage than the tuning config's (a study run with "
                                         "hydra.sweeper.storage=...): its report, named after its SQLite file, goes "
                                         "beside it")
-    show.add_argument("--out", type=Path, help="directory to write <tune>.md and the figures to (default: "
-                                               "results/tuning, or beside --storage's SQLite file)")
+    show.add_argument("--out", type=Path, help="directory to write <tune>.md (<database>.md with --storage) and the "
+                                               "figures to (default: results/tuning, or beside --storage's file)")
     transfer = commands.add_parser("transfer", help="tuned suite against the same suite untuned, final returns")
     transfer.add_argument("--tuned", type=suite_directory, required=True)
     transfer.add_argument("--untuned", type=suite_directory, required=True)
@@ -1002,15 +1005,15 @@ def main(argv: list[str] | None = None) -> None:
         apply_best(args.tune, args.algo, args.storage)
     else:
         out, own = args.out, tune_config(args.tune)["hydra"]["sweeper"]["storage"]
-        if args.storage is not None and Path(args.storage.removeprefix("sqlite:///")).resolve() == \
-                Path(own.removeprefix("sqlite:///")).resolve():
+        if args.storage is not None and sqlite_file(args.storage) and sqlite_file(own) and \
+                sqlite_file(args.storage).resolve() == sqlite_file(own).resolve():
             args.storage = None  # the round's own database: its own report
         if out is None and args.storage is None:
             out = PROJECT_ROOT / "results" / "tuning"
         elif out is None:  # not over the round's committed report
-            if not args.storage.startswith("sqlite:///"):
+            if sqlite_file(args.storage) is None:
                 show.error(f"--storage {args.storage} is no SQLite file to write beside: give --out")
-            out = Path(args.storage.removeprefix("sqlite:///")).parent
+            out = sqlite_file(args.storage).parent
         report(args.tune, out, args.storage)
 
 
