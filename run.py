@@ -178,7 +178,7 @@ def disk_full(error: BaseException) -> DiskFullError | None:
 
 def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     """seeds=[...]: the seeds not yet complete, trained in lockstep in this process (benchmarks/engine/batch_trainer.py)."""
-    from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, train_batch
+    from benchmarks.engine.batch_trainer import seed_config, seed_run_dirs, stopped_on_non_finite, train_batch
 
     seeds, run_dirs = list(cfg.seeds), seed_run_dirs(job_dir, list(cfg.seeds))
     finals = {}
@@ -190,6 +190,13 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
             say_skipped(run_dir, finished)
             finals[seed] = finished["final_eval_return_mean"]
     todo = [(seed, run_dir) for seed, run_dir in zip(seeds, run_dirs) if seed not in finals]
+    stopped = [(run_dir, error) for seed, run_dir in todo
+               if (error := stopped_on_non_finite(run_dir, seed_config(cfg, seed))) is not None]
+    if todo and len(stopped) == len(todo):  # each stopped alone on non-finite numbers; a rerun would stop it again
+        for run_dir, error in stopped:
+            print(f"stopped, skipped: {run_dir} ({error}; restart=true trains the population again)",
+                  file=sys.stderr)
+        todo = []
     if todo:
         todo_seeds, todo_dirs = [seed for seed, _ in todo], [run_dir for _, run_dir in todo]
         summaries = train_job(cfg, job_dir, todo_dirs, lambda: train_batch(cfg, todo_dirs, todo_seeds, announce=lambda:

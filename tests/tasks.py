@@ -1,6 +1,6 @@
 """Tasks a user might bring, registered for the probes (tests/test_probes.py) as `env.id=tests.tasks:<Id>`: a plain
 one, one whose observations are empty, five whose actions the suite's policies cannot emit, four that break
-Gymnasium's API, one that cannot be made, one that fails mid-run, three whose rewards or observations turn NaN and
+Gymnasium's API, one that cannot be made, one that fails mid-run, four whose rewards or observations turn NaN and
 one whose episodes never end."""
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ class Line(gym.Env):
 
     def __init__(self, action_space: gym.Space | None = None, fail_at_step: int | None = None,
                  nan_reward_at_step: int | None = None, nan_observation_at_step: int | None = None,
-                 episode_steps: int | None = 20):
+                 episode_steps: int | None = 20, nan_for_seed: int | None = None):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = action_space or gym.spaces.Discrete(2)
         self.fail_at_step, self.steps, self.episode_steps = fail_at_step, 0, episode_steps
         self.nan_reward_at_step, self.nan_observation_at_step = nan_reward_at_step, nan_observation_at_step
+        self.nan_for_seed, self.first_seed = nan_for_seed, None  # nan_for_seed: the NaNs only in an env of that seed
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        if self.first_seed is None:
+            self.first_seed = seed
         self.position, self.t = 0.0, 0
         return self.observation(), {}
 
@@ -31,7 +34,8 @@ class Line(gym.Env):
             raise gym.error.Error(f"the simulator lost its connection at step {self.steps}")
         self.position += 1.0 if np.asarray(action).sum() > 0 else -1.0
         self.t += 1
-        reward = float("nan") if self.steps == self.nan_reward_at_step else -abs(self.position)
+        poisoned = self.nan_for_seed is None or self.first_seed == self.nan_for_seed
+        reward = float("nan") if poisoned and self.steps == self.nan_reward_at_step else -abs(self.position)
         observation = self.observation()
         if self.steps == self.nan_observation_at_step:
             observation[0] = np.nan
@@ -94,6 +98,7 @@ gym.register("Unbuildable-v0", unbuildable)
 gym.register("LineFailsMidRun-v0", lambda: Line(fail_at_step=300))
 gym.register("LineNaNReward-v0", lambda: Line(nan_reward_at_step=200))
 # CartPole's rollout of 128 rows holds 122 steps of these 20-step episodes (a reset row after each)
+gym.register("LineNaNRewardInSeed0-v0", lambda: Line(nan_reward_at_step=200, nan_for_seed=0))  # a population's seed 0
 gym.register("LineNaNObservation-v0", lambda: Line(nan_observation_at_step=100))
 gym.register("LineNaNLastObservation-v0", lambda: Line(nan_observation_at_step=122))
 gym.register("LineNeverEnds-v0", lambda: Line(episode_steps=None))  # no time limit: its episodes never end

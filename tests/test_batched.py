@@ -176,9 +176,8 @@ def test_each_seeds_numpy_stream_swapped_through_its_words_draws_what_get_state_
     assert (fast_reads, slow_reads) == (1, 120)
 
 
-@pytest.mark.parametrize("backend", ["compiled", "torch"])
-@pytest.mark.slow
-def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(backend, tmp_path, monkeypatch):
+def poison_seed0_at_iteration_3(backend: str, monkeypatch) -> None:
+    """After the update of iteration 3, a NaN in seed 0's policy: the population's check stops that seed."""
     from algorithms.population import EagerPopulation, PopulationBatch
 
     population_class = PopulationBatch if backend == "compiled" else EagerPopulation
@@ -192,6 +191,12 @@ def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(bac
         return stats
 
     monkeypatch.setattr(population_class, "update", update_then_poison_seed0)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+@pytest.mark.slow
+def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(backend, tmp_path, monkeypatch):
+    poison_seed0_at_iteration_3(backend, monkeypatch)
     overrides = ["env=CartPole", "algo=ppo", f"algo.backend={backend}", "total_steps=4096", "eval.every_steps=2048",
                  "eval.episodes=2", *SMALL_UPDATE, "logging.progress_bar=false", "logging.tensorboard=false"]
     summaries = train_batch(compose_config([*overrides, "seeds=[0,1]"]), [tmp_path / f"seed{s}" for s in (0, 1)])
@@ -203,6 +208,55 @@ def test_a_seed_whose_numbers_go_non_finite_stops_alone_and_the_others_go_on(bac
         monkeypatch.undo()
         train(compose_config([*overrides, "seed=1"]), tmp_path / "alone")
         assert_identical_logs(tmp_path / "alone", tmp_path / "seed1")
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+@pytest.mark.slow
+def test_a_population_paused_after_one_seed_stopped_resumes_the_others_to_the_uninterrupted_numbers(
+        backend, tmp_path, monkeypatch, capsys):
+    """Seed 0 stops on non-finite numbers at iteration 3, seed 1 pauses at iteration 4 (its checkpoints: 3 and 4,
+    seed 0's newest: 2). The rerun resumes seed 1 from its own checkpoint with seed 0 inactive beside it, as the
+    uninterrupted population carried it, and leaves seed 0's logs and summary as they were (the rerun was refused:
+    'no checkpoint at iteration 2', and wrote 'failed' over every seed's summary)."""
+    poison_seed0_at_iteration_3(backend, monkeypatch)
+    overrides = ["env=CartPole", "algo=ppo", f"algo.backend={backend}", "total_steps=4096", "eval.every_steps=1024",
+                 "eval.episodes=2", *SMALL_UPDATE, "logging.progress_bar=false", "logging.tensorboard=false",
+                 "logging.checkpoint_every_steps=512", "seeds=[0,1]"]
+    train_batch(compose_config(overrides), [tmp_path / "reference" / f"seed{s}" for s in (0, 1)])
+    runs = [tmp_path / "paused" / f"seed{s}" for s in (0, 1)]
+    paused = train_batch(compose_config([*overrides, "pause_at_steps=2048"]), runs)
+    assert [(s["seed"], s["status"], s["env_steps"]) for s in paused] == [(1, "paused", 2048)]
+    stopped_summary = (runs[0] / "summary.json").read_bytes()
+    capsys.readouterr()
+    resumed = train_batch(compose_config(overrides), runs)
+    assert [(s["seed"], s["status"], s["env_steps"]) for s in resumed] == [(1, "complete", 4096)]
+    assert (f"stopped, not resumed: {runs[0]} (non-finite parameter actor.layers.0.weight at iteration 3 (1536 env "
+            f"steps); the last good checkpoint is kept)\n") in capsys.readouterr().err
+    assert (runs[0] / "summary.json").read_bytes() == stopped_summary
+    for seed, run in zip((0, 1), runs):
+        assert_identical_logs(tmp_path / "reference" / f"seed{seed}", run)
+
+
+def test_a_rerun_of_a_population_whose_unfinished_seeds_all_stopped_trains_nothing_and_says_so(tmp_path):
+    """Seed 0's env returns a NaN reward at iteration 2: it stops there, seed 1 completes. A rerun finds seed 1
+    complete and seed 0 stopped where a rerun would stop it again: it trains nothing (it trained seed 0 alone
+    from its checkpoint, another population, which stopped again: 'every seed of the batch failed', exit 1)."""
+    command = [sys.executable, str(ROOT / "run.py"), "env=CartPole", "env.id=tests.tasks:LineNaNRewardInSeed0-v0",
+               "algo=ppo", "seeds=[0,1]", "total_steps=2048", "eval.every_steps=1024", *SMALL_UPDATE, *QUIET,
+               "logging.checkpoint_every_steps=512", f"hydra.run.dir={tmp_path}/job"]
+    first = run_python(command, cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    stopped = tmp_path / "job" / "seed0"
+    summary = (stopped / "summary.json").read_bytes()
+    error = json.loads(summary)["error"]
+    assert error.startswith("NonFiniteError: the task's env returned a non-finite reward at iteration 2 ")
+    again = run_python(command, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [line for line in again.stderr.splitlines() if not line.startswith("note: ")] == [
+        f"already complete, skipped: {tmp_path}/job/seed1 (final eval return "
+        f"{json.loads((tmp_path / 'job' / 'seed1' / 'summary.json').read_text())['final_eval_return_mean']:.2f})",
+        f"stopped, skipped: {stopped} ({error}; restart=true trains the population again)"]
+    assert (stopped / "summary.json").read_bytes() == summary
 
 
 @pytest.mark.parametrize("env_id, num_envs, min_ends", [("CartPole-v1", 3, 200), ("Pendulum-v1", 1, 15)])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import random
 import signal
 import sys
@@ -54,7 +55,7 @@ from benchmarks.engine.checkpoint import (
     save_checkpoint,
     unpack_rng,
 )
-from benchmarks.engine.config import task_kwargs, task_network
+from benchmarks.engine.config import numbers_relevant, task_kwargs, task_network
 from benchmarks.engine.env_state import load_vector_env_state, vector_env_state
 from benchmarks.engine.envs import make_vector_env, space_dims, time_limit
 from benchmarks.engine.logger import EPISODE_COLUMNS, CSVLog, RunLogger, write_json_atomic
@@ -328,6 +329,19 @@ class SeedRun:
         # wall_time counts the time of every segment of an interrupted run up to its checkpoint
         self.start_time = time.perf_counter() - self.elapsed
         self.episode_returns, self.episode_lengths = [], []
+
+    def park(self, checkpoint: dict | None) -> None:
+        """A seed that stopped on non-finite numbers, in a resumed population: its state from its newest good
+        checkpoint (or its start), so that the population keeps its shape; inactive, it is neither stepped nor
+        trained, and its logs and summary.json stay as they were written."""
+        if checkpoint is None:
+            with self.randoms:
+                raw_obs, _ = self.envs.reset(seed=self.cfg.seed)
+            self.obs = np.asarray(self.obs_normalizer(raw_obs, update=True), dtype=np.float32)
+        else:
+            self.load_state_dict(checkpoint)
+        print(f"stopped, not resumed: {self.run_dir} ({self.error.removeprefix('NonFiniteError: ')})",
+              file=sys.stderr)
 
     def evaluate(self, iteration: int) -> None:
         with self.randoms:  # any global draw an evaluator makes is the seed's (the suite's own make none)
@@ -674,19 +688,44 @@ class BatchPhaseTimes:
             run.phases.add(phase, seconds)
 
 
-def lockstep_checkpoints(runs: list[SeedRun]) -> list[dict | None]:
-    """Each seed's checkpoint, all at the newest iteration every seed has (None for all: a fresh start)."""
+def stopped_on_non_finite(run_dir: Path, cfg: DictConfig | None = None) -> str | None:
+    """The error of a seed of a population that stopped alone when its numbers went non-finite (its summary.json,
+    written by the loop below), else None; given cfg (the seed's), only a run of that config."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    error = summary.get("error") if isinstance(summary, dict) and summary.get("status") == "failed" else None
+    if not (isinstance(error, str) and error.startswith("NonFiniteError: ")):
+        return None
+    if cfg is not None and "config" in summary and (numbers_relevant(summary["config"]) !=
+                                                    numbers_relevant(OmegaConf.to_container(cfg, resolve=True))):
+        return None
+    return error
+
+
+def lockstep_checkpoints(runs: list[SeedRun], one_run: bool = False) -> list[dict | None]:
+    """Each seed's checkpoint, all at the newest iteration every seed still training has (None for all: a fresh
+    start). A seed of a population that stopped on non-finite numbers while the others went on stays stopped:
+    it joins their resume inactive, from its own newest checkpoint (`SeedRun.park`), as the uninterrupted
+    population carried it; a rerun would only stop it again where it stopped."""
     newest = [load_checkpoint(run.run_dir, run.cfg) if run.cfg.logging.checkpoint else None for run in runs]
     if all(checkpoint is None for checkpoint in newest):
         return newest
-    if any(checkpoint is None for checkpoint in newest):
-        missing = [str(run.run_dir) for run, c in zip(runs, newest) if c is None]
+    for run in runs:
+        run.error = None if one_run else stopped_on_non_finite(run.run_dir)
+        run.active = run.error is None
+    training = [(run, checkpoint) for run, checkpoint in zip(runs, newest) if run.active]
+    if not training:
+        raise NonFiniteError("every seed of the batch failed (see their summary.json)")
+    if any(checkpoint is None for _, checkpoint in training):
+        missing = [str(run.run_dir) for run, c in training if c is None]
         raise CheckpointError(f"a batch resumes all its seeds together, but {', '.join(missing)} has no "
                               f"checkpoint; delete the batch's run directories to start over")
-    target = min(checkpoint["iteration"] for checkpoint in newest)
+    target = min(checkpoint["iteration"] for _, checkpoint in training)
     chosen = []
     for run, checkpoint in zip(runs, newest):
-        if checkpoint["iteration"] != target:
+        if run.active and checkpoint["iteration"] != target:
             checkpoint = read_checkpoint(run.run_dir / CHECKPOINT_FILES[1])
             if checkpoint.get("iteration") != target:
                 raise CheckpointError(f"{run.run_dir}: no checkpoint at iteration {target}, where the batch's "
@@ -739,15 +778,16 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         # code. Inside the try: a population refused here (LossReadError) is recorded in each seed's summary.
         population = PopulationBatch(algorithms, randoms) if compiled else EagerPopulation(algorithms, randoms)
         batched_info["program"] = population.mode
-        checkpoints = lockstep_checkpoints(runs)  # refuses another config's checkpoint
+        checkpoints = lockstep_checkpoints(runs, one_run)  # refuses another config's checkpoint
         if announce is not None:
             announce()
         for run, checkpoint in zip(runs, checkpoints):
-            run.start(checkpoint)
+            run.start(checkpoint) if run.active else run.park(checkpoint)
         population.optimizer_from_seeds()
-        start_iteration = runs[0].iteration + 1
+        leader = next(run for run in runs if run.active)  # where every training seed stands
+        start_iteration = leader.iteration + 1
         checkpoint_every = cfg.logging.checkpoint_every_steps
-        next_checkpoint_at = (runs[0].env_steps // checkpoint_every + 1) * checkpoint_every
+        next_checkpoint_at = (leader.env_steps // checkpoint_every + 1) * checkpoint_every
 
         # [steps, seeds, envs, ...] numpy views of the rollout's columns
         def columns(tensor: torch.Tensor) -> np.ndarray:
@@ -855,7 +895,8 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         check_finite(run.algorithm, stats, iteration, run.env_steps, seed_part, run.obs)
                     except NonFiniteError as error:  # this seed stops; the others go on
                         run.active, run.error = False, error
-                        run.write_summary("failed", error=f"NonFiniteError: {error}", batched=batched_info)
+                        run.write_summary("failed", error=f"NonFiniteError: {error}", batched=batched_info,
+                                          config=run.config)
                         if not one_run:  # a single run's caller says it once, as the run's own error (below)
                             print(f"error: {run.run_dir}: {error}", file=sys.stderr)
                         continue
