@@ -167,6 +167,27 @@ def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint_as_sigterm_does(make
     assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["env_steps"] == 1024
 
 
+@pytest.mark.parametrize("seeds", [None, [0, 1]])
+def test_a_stop_signal_in_the_last_iteration_completes_the_run_and_still_stops_the_process(seeds, make_config,
+                                                                                            tmp_path, monkeypatch):
+    """The run completes (its summaries say so), then the signal is handed over as in any other iteration: the
+    process stops (the signal was dropped: a sweep went on to its next job, a launcher's handler never ran)."""
+    from benchmarks.engine import trainer
+    from benchmarks.engine.batch_trainer import train_batch
+
+    before_each_update(monkeypatch, lambda algorithm, rollout, iteration:
+                       os.kill(os.getpid(), signal.SIGTERM) if iteration == 4 else None)
+    cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET, "total_steps=2048",
+                       *([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])])
+    run_dirs = [tmp_path / f"seed{seed}" for seed in seeds] if seeds else [tmp_path / "run"]
+    with pytest.raises(trainer.TrainingInterrupted, match=r"^SIGTERM in the last iteration: the run completed first "
+                                                          r"\(2048 env steps\); rerunning the command skips it$"):
+        train_batch(cfg, run_dirs) if seeds else train(cfg, run_dirs[0])
+    for run_dir in run_dirs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["env_steps"] == 2048
+
+
 def test_a_stop_without_checkpoints_says_the_rerun_starts_over(make_config, tmp_path, monkeypatch):
     """logging.checkpoint=false: a signal still stops the run cleanly, and its line does not promise a resume."""
     from benchmarks.engine import trainer

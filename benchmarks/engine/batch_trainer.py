@@ -963,4 +963,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             phase_seconds=run.phases.seconds,  # the batch's: every seed shares its loop
             batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config,
             **source, **task_models(run.envs)))
+    if signals.received is not None:  # it arrived in the last iteration: the run completed, the process stops
+        signals.hand_over(num_iterations * steps_per_iteration, complete=True)
     return summaries
