@@ -52,28 +52,7 @@ def main(cfg: DictConfig) -> float | None:
         validate_config(cfg)
         refuse_seed_beside_seeds(cfg, HydraConfig.get().overrides.task)
     except ConfigError as error:
-        for line in str(error).splitlines():
-            print(f"config error: {line}", file=sys.stderr)
-        job_dir = Path(HydraConfig.get().runtime.output_dir)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # one bad job of a sweep: recorded as failed (in its job mark, and in a summary of each of its runs -
-            # a batch job's are its seeds' directories - where there is none or an earlier refusal's: never over
-            # an earlier run's), the others go on, and the sweep's end lists it and exits non-zero
-            # (benchmarks/engine/hydra_callbacks.py)
-            from benchmarks.engine.hydra_callbacks import job_run_dirs, refuse_job
-            from benchmarks.engine.logger import write_json_atomic
-            from benchmarks.runs import read_summary
-
-            reason = "config error: " + "; ".join(str(error).splitlines())
-            refuse_job(job_dir, reason)
-            for run_dir in job_run_dirs(job_dir):
-                earlier = read_summary(run_dir)
-                if earlier["status"] == "partial" or earlier.get("error", "").startswith("config error: "):
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": reason})
-            return None
-        remove_if_untouched(job_dir)
-        sys.exit(2)
+        return refuse(error)
 
     note_task_override(cfg)
 
@@ -84,7 +63,10 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.restart:
         start_afresh(run_dir)
-    finished = completed_summary(cfg, run_dir)
+    try:
+        finished = completed_summary(cfg, run_dir)
+    except ConfigError as error:
+        return refuse(error)
     if finished is not None:
         # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
         say_skipped(run_dir, finished)
@@ -102,6 +84,30 @@ def main(cfg: DictConfig) -> float | None:
     log.info("done in %.0f s (%.0f SPS); final eval return %.2f +- %.2f", summary["wall_time_s"], summary["sps"],
              summary["final_eval_return_mean"], summary["final_eval_return_std"])
     return summary["final_eval_return_mean"]
+
+
+def refuse(error: ConfigError) -> None:
+    """A config refused, in one line per line of the error. A single run exits 2; one bad job of a sweep is
+    recorded as failed (in its job mark, and in a summary of each of its runs - a batch job's are its seeds'
+    directories - where there is none or an earlier refusal's: never over an earlier run's), the others go on,
+    and the sweep's end lists it and exits non-zero (benchmarks/engine/hydra_callbacks.py)."""
+    for line in str(error).splitlines():
+        print(f"config error: {line}", file=sys.stderr)
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        remove_if_untouched(job_dir)
+        sys.exit(2)
+    from benchmarks.engine.hydra_callbacks import job_run_dirs, refuse_job
+    from benchmarks.engine.logger import write_json_atomic
+    from benchmarks.runs import read_summary
+
+    reason = "config error: " + "; ".join(str(error).splitlines())
+    refuse_job(job_dir, reason)
+    for run_dir in job_run_dirs(job_dir):
+        earlier = read_summary(run_dir)
+        if earlier["status"] == "partial" or earlier.get("error", "").startswith("config error: "):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": reason})
 
 
 def say_before_training(cfg: DictConfig) -> None:
@@ -185,7 +191,10 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
     for seed, run_dir in zip(seeds, run_dirs):
         if cfg.restart:
             start_afresh(run_dir)
-        finished = completed_summary(seed_config(cfg, seed), run_dir)
+        try:
+            finished = completed_summary(seed_config(cfg, seed), run_dir)
+        except ConfigError as error:
+            return refuse(error)
         if finished is not None:
             say_skipped(run_dir, finished)
             finals[seed] = finished["final_eval_return_mean"]
@@ -374,7 +383,8 @@ def is_recorded_failure(run_dir: Path) -> bool:
 
 
 def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
-    """The summary of a complete run of this same config in run_dir, or None; a different config there is an error."""
+    """The summary of a complete run of this same config in run_dir, or None; a different config there is a
+    ConfigError."""
     from benchmarks.engine.config import RETIRED_BACKENDS, differing_keys, numbers_relevant
     from benchmarks.runs import read_summary
 
@@ -396,16 +406,14 @@ def completed_summary(cfg: DictConfig, run_dir: Path) -> dict | None:
             remedy = (f"train the others without it (seeds=[{','.join(map(str, others))}])" if others else
                       f"seed={cfg.seed} finds it complete")
         remedy += f", or add restart=true to train it again {trained_as(current)}"
-        print(f"config error: {run_dir} holds a complete run of seed {cfg.seed} trained {trained_as(stored)}, and "
-              f"this command trains it {trained_as(current)}: the two round differently; {remedy}", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(f"{run_dir} holds a complete run of seed {cfg.seed} trained {trained_as(stored)}, and "
+                          f"this command trains it {trained_as(current)}: the two round differently; {remedy}")
     if stored != current:
         # a sweep's runs go to <env>/<algo>/seed<k> (a suite's layout): points of a sweep over other keys share it
         remedy = (f"choose another hydra.sweep.dir or delete it; {sweep_points_hint()}"
                   if HydraConfig.get().mode == RunMode.MULTIRUN else "choose another hydra.run.dir or delete it")
-        print(f"config error: {run_dir} holds a complete run with a different config (differs in: "
-              f"{', '.join(keys)}); {remedy}", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(f"{run_dir} holds a complete run with a different config (differs in: "
+                          f"{', '.join(keys)}); {remedy}")
     return summary
 
 

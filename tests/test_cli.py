@@ -154,6 +154,24 @@ def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):
     assert snapshot(run_dir) == before
 
 
+def test_a_sweep_job_refused_by_another_configs_complete_run_leaves_the_other_jobs_to_run(tmp_path):
+    """Like any refused job of a sweep: recorded and listed at the sweep's end, the complete run left byte for byte
+    as it was, the other jobs trained (the refusal ended the whole sweep, exit 2, its other jobs never run)."""
+    sweep = ["-m", "total_steps=512", "env.num_steps=128", *SMALL_UPDATE, "eval.episodes=1",
+             "logging.tensorboard=false", "logging.progress_bar=false", f"hydra.sweep.dir={tmp_path}"]
+    assert run_cli(*sweep, "seed=0").returncode == 0
+    first = tmp_path / "CartPole" / "ppo" / "seed0"
+    before = snapshot(first)
+    refused = run_cli(*sweep, "seed=0,1", "algo.lr=0.001")
+    assert refused.returncode != 0
+    assert f"config error: {first} holds a complete run with a different config (differs in: algo.lr)" \
+        in refused.stderr
+    assert f"FAILED {first}: config error: {first} holds a complete run" in refused.stdout
+    assert snapshot(first) == before
+    other = json.loads((tmp_path / "CartPole" / "ppo" / "seed1" / "summary.json").read_text())
+    assert other["status"] == "complete" and other["config"]["algo"]["lr"] == 0.001
+
+
 def test_a_sweep_over_another_key_is_told_how_to_give_each_point_its_own_directory(tmp_path):
     """A sweep's runs go to <env>/<algo>/seed<k>: a second point of a sweep over algo.lr finds the first's run
     there (complete, or paused with its checkpoint: its record of how it ran stays as it was, and it resumes) and
