@@ -283,6 +283,12 @@ def test_episode_metrics_are_averaged_over_the_episodes_that_ended_and_other_inf
     ("env.kwargs.reward=gold", "env.kwargs.reward must be one of"),
     ("env.network.init_from=rlhf/poetry", "env.network.init_from must be rlhf/<task>"),
     ("env.network.init_from=/no/such/model", "or an existing model directory, got '/no/such/model'"),
+    ("env.normalize_obs=true", "env.normalize_obs must be false on token tasks (env.family=rlhf): the observations "
+                               "are token ids"),  # they reached the embedding normalised: IndexError mid-run
+    ("env.network.init_from=rlhf/arithmetic", "env.network.init_from=rlhf/arithmetic: its vocabulary has 15 tokens, "
+                                              "the praise task's 29 (env=RLHFPraise)"),  # a traceback when built
+    ("env.network.init_from=/", "env.network.init_from=/ is not a model directory with a config.json "
+                                "giving its vocab_size (FileNotFoundError"),
 ])
 def test_bad_token_task_configs_get_one_line_each(make_config, override, message):
     with pytest.raises(ConfigError) as error:

@@ -478,6 +478,33 @@ def network_size_problems(algo: dict) -> list[str]:
     return []
 
 
+def token_vocabulary_problems(env: dict) -> list[str]:
+    """The policy's model (env.network.init_from) must write the task's tokens: its vocabulary is the task's action
+    space (rlhf/<task> names that task's; a model directory's config.json says its size)."""
+    import json
+
+    from benchmarks.engine.envs import find_spec
+    from benchmarks.rlhf.tasks import get_task
+
+    task = find_spec(env["id"]).kwargs.get("task")
+    init_from = env["network"]["init_from"]
+    if task is None:
+        return []
+    if init_from.startswith("rlhf/"):
+        size = len(get_task(init_from.removeprefix("rlhf/")).vocabulary)
+    else:
+        try:
+            size = json.loads((Path(init_from) / "config.json").read_text())["vocab_size"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            return [f"env.network.init_from={init_from} is not a model directory with a config.json giving its "
+                    f"vocab_size ({type(error).__name__}: {error})"]
+    tokens = len(get_task(task).vocabulary)
+    if size != tokens:
+        return [f"env.network.init_from={init_from}: its vocabulary has {size} tokens, the {task} task's "
+                f"{tokens} (env={env['name']}): the policy's model must write the task's tokens"]
+    return []
+
+
 def _cross_checks(data: dict) -> list[str]:
     errors = task_problems(data["env"])
     env, algo = data["env"], data["algo"]
@@ -508,6 +535,11 @@ def _cross_checks(data: dict) -> list[str]:
             errors.append(f"env.kwargs.temperature must equal env.network.temperature (the reference's log-probabilities "
                           f"must be of the same tempered distribution as the policy's), got {env['kwargs']['temperature']} "
                           f"and {env['network']['temperature']}")
+        if env["normalize_obs"]:
+            errors.append("env.normalize_obs must be false on token tasks (env.family=rlhf): the observations are "
+                          "token ids, which a running normaliser would turn into numbers that name no token")
+        if not errors:
+            errors += token_vocabulary_problems(env)
     if env["reference_score"] is not None and env["reference_score"] <= env["random_score"]:
         errors.append(f"env.reference_score must be > env.random_score = {env['random_score']} (scores are "
                       f"normalised by their difference), got {env['reference_score']}")
