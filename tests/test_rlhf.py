@@ -596,7 +596,10 @@ def test_the_shared_scorer_gives_the_reference_zero_kl_and_its_judged_rewards():
     from benchmarks.engine.config import compose_config
     from benchmarks.rlhf.trl_reference import score_policy
 
-    cfg = compose_config(["env=RLHFArithmetic", "algo=ppo"])
+    # the policy's start given as the model directory rlhf/arithmetic resolves to, as docs/rlhf.md allows
+    # (the task was read from init_from: "unknown RLHF task '/.../reference-...'")
+    cfg = compose_config(["env=RLHFArithmetic", "algo=ppo",
+                          f"env.network.init_from={resolve_init_from('rlhf/arithmetic')}"])
     reference = CausalLMActorCritic(len(ARITHMETIC.vocabulary), resolve_init_from("rlhf/arithmetic")).actor.eval()
     scores = score_policy(reference, cfg, samples=128, seed=0)
     assert scores["kl_to_reference"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference

@@ -51,6 +51,7 @@ import torch
 from algorithms.lm_policy import CausalLMActorCritic
 from benchmarks.engine.checkpoint import read_checkpoint
 from benchmarks.engine.config import PROJECT_ROOT, compose_config, task_kwargs
+from benchmarks.engine.envs import find_spec
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.engine.trainer import train
 from benchmarks.rlhf.evaluation import SampledEvaluation
@@ -75,7 +76,8 @@ def score_policy(actor, cfg, samples: int, seed: int, greedy: bool = False) -> d
 
 
 def get_task_name(cfg) -> str:
-    return cfg.env.network.init_from.removeprefix("rlhf/")
+    """The task the config's env writes (env.network.init_from may be rlhf/<task> or a model directory)."""
+    return find_spec(cfg.env.id).kwargs["task"]
 
 
 # -- the two trainers -------------------------------------------------------------------------
@@ -133,11 +135,12 @@ def train_trl(cfg, responses: int, out_dir: Path) -> dict:
         raise SystemExit("TRL's PPOTrainer (1.12) has a fixed KL coefficient only: run with env.kl_penalty.adaptive=false")
     task_name = get_task_name(cfg)
     task, reference_dir, reward_dir = get_task(task_name), model_dir(task_name, "reference"), model_dir(task_name, "reward_model")
+    start_dir = resolve_init_from(cfg.env.network.init_from)  # where ours starts, policy and value body alike
     torch.manual_seed(int(cfg.seed))
     tokenizer = PreTrainedTokenizerFast.from_pretrained(reference_dir)
-    policy = AutoModelForCausalLM.from_pretrained(reference_dir)
-    reference = AutoModelForCausalLM.from_pretrained(reference_dir)
-    value_model = AutoModelForSequenceClassification.from_pretrained(reference_dir, num_labels=1)
+    policy = AutoModelForCausalLM.from_pretrained(start_dir)
+    reference = AutoModelForCausalLM.from_pretrained(reference_dir)  # the KL's reference: the task's, as ours
+    value_model = AutoModelForSequenceClassification.from_pretrained(start_dir, num_labels=1)
     torch.nn.init.zeros_(value_model.score.weight)  # ours starts its value head at 0
     reward_model = AutoModelForSequenceClassification.from_pretrained(reward_dir)
     build = json.loads((reward_dir / "build.json").read_text())
