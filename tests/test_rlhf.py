@@ -665,6 +665,22 @@ def test_every_model_ships_in_the_repository_under_its_current_fingerprint():
             assert [path.name for path in (SHIPPED / task).glob(f"{what}-*")] == [name], "stale shipped builds"
 
 
+def test_a_change_to_a_word_list_a_task_reads_names_a_new_model(monkeypatch):
+    """'fresh' moved from Praise's positive words to its negative ones: the same vocabulary, another judge and
+    labeller, so other models. (The fingerprint hashed the task's class alone and named the stale models.)"""
+    from benchmarks.rlhf import models, tasks
+
+    before = {what: models.build_name("praise", what) for what in models.BUILDS}
+    monkeypatch.setattr(tasks, "POSITIVE", ("good", "great", "nice", "clean"))
+    monkeypatch.setattr(tasks, "NEGATIVE", ("fresh", "bad", "rude", "dirty", "cold", "poor"))
+    assert tasks.get_task("praise").judge([], ["fresh", ".", "<eos>"]) == -1.0  # its judge reads them
+    after = {what: models.build_name("praise", what) for what in models.BUILDS}
+    assert all(after[what] != before[what] for what in models.BUILDS)
+    # the base class's labeller and preferences are part of every task's definition
+    assert any(part.startswith("@dataclass(frozen=True)\nclass Task:")
+               for part in models.task_definition(tasks.get_task("arithmetic")))
+
+
 @pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 def test_a_build_is_byte_identical_when_repeated(monkeypatch, tmp_path):
     # The build itself, on a tiny recipe (a new fingerprint, so nothing shipped answers): twice, into two caches,

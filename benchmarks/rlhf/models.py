@@ -19,8 +19,9 @@ Everything is a Hugging Face `transformers` object, so the same code loads a rea
 
 Built deterministically (fixed seeds, one thread) in one to three minutes each on one core. The
 builds the committed runs used ship in the repository (benchmarks/rlhf/shipped/<task>/<what>-<fingerprint>/);
-the fingerprint hashes the recipe, the model size and the source code of the task and of the build,
-so a change to any of them names a model that is not shipped: it is built into
+the fingerprint hashes the recipe, the model size, the source code of the build and the task's definition
+(task_definition: its classes and the word lists and helpers they read), so a change to any of them names a
+model that is not shipped: it is built into
 `.cache/rlhf/<task>/` (RLHF_CACHE overrides the root), parallel jobs that need it waiting on a file
 lock while the first builds it, and `--ship` copies it into the repository. Dropout is 0 in every model: the PPO
 ratio compares log-probabilities of the same network before and after an update.
@@ -217,13 +218,49 @@ BUILDS = {
 }
 
 
+def task_definition(task: Task) -> list[str]:
+    """What defines a task, as text: the source of its class and of the classes it inherits from in its module
+    (Task's labeller and preferences), and of each module-level name their code reads, by source (a helper) or by
+    value (the word lists a judge scores by), followed through the helpers' own code."""
+    module = sys.modules[type(task).__module__]
+    classes = [cls for cls in type(task).__mro__ if cls.__module__ == module.__name__]
+    parts, seen, pending = [], set(), []
+
+    def read_by(code) -> None:  # the global names a function's code (and the code nested in it) reads
+        pending.extend(code.co_names)
+        for constant in code.co_consts:
+            if inspect.iscode(constant):
+                read_by(constant)
+
+    for cls in classes:
+        for attribute in vars(cls).values():
+            function = inspect.unwrap(getattr(attribute, "__func__", getattr(attribute, "fget", attribute)))
+            if inspect.isfunction(function):
+                read_by(function.__code__)
+    while pending:
+        name = pending.pop()
+        value = vars(module).get(name)
+        if name in seen or value is None or inspect.ismodule(value) or any(value is cls for cls in classes):
+            continue
+        seen.add(name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            if getattr(value, "__module__", None) == module.__name__:  # an imported one is its library's
+                parts.append(inspect.getsource(value))
+                if inspect.isfunction(value):
+                    read_by(value.__code__)
+        else:
+            parts.append(f"{name} = {sorted(value) if isinstance(value, (set, frozenset)) else value!r}")
+    return [inspect.getsource(cls) for cls in classes] + sorted(parts)
+
+
 def build_name(task_name: str, what: str) -> str:
-    """<what>-<fingerprint>: the fingerprint hashes the source of the task (its corpus, labeller and judge)
-    and of the build, so a change to either names a new model."""
+    """<what>-<fingerprint>: the fingerprint hashes the task's definition (task_definition: its corpus,
+    labeller and judge, the word lists they read) and the source of the build, so a change to either names a
+    new model."""
     task = get_task(task_name)
     build, recipe = BUILDS[what]
     key = fingerprint(task.name, list(task.vocabulary), task.sequence_length, MODEL_SIZE, what, recipe,
-                      inspect.getsource(type(task)), inspect.getsource(build))
+                      task_definition(task), inspect.getsource(build))
     return f"{what}-{key}"
 
 
