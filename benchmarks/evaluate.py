@@ -4,8 +4,10 @@
     python -m benchmarks.evaluate runs/HalfCheetah/ppo/seed0        # the run directory: its checkpoint.pt
 
 A token task's run evaluated by sampling (env.evaluation.kind=sampled, docs/rlhf.md) is evaluated as its
-training evaluated it: responses sampled at its temperature to --episodes prompts drawn from --seed, with
-the reward model's and the judge's score and the KL to the reference beside the return.
+training evaluated it: responses sampled at its temperature to --episodes prompts drawn from --seed (by default
+the run's own evaluation prompts, eval.episodes of them from env.evaluation.seed, so a final checkpoint scores
+its run's last evaluation row), with the reward model's and the judge's score and the KL to the reference
+beside the return.
 
 The checkpoint holds the resolved config, the networks, the optimizer(s) and
 the normalisation statistics; it is loaded with torch.load(weights_only=True),
@@ -88,8 +90,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=checkpoint_file, help="a checkpoint.pt, or the run directory holding it")
-    parser.add_argument("--episodes", type=number_in(1, integer=True), default=10)
-    parser.add_argument("--seed", type=seed_number, default=12345, help="seed of the evaluation envs")
+    parser.add_argument("--episodes", type=number_in(1, integer=True), default=None,
+                        help="episodes (default 10; a sampled token-task run: its eval.episodes)")
+    parser.add_argument("--seed", type=seed_number, default=None,
+                        help="seed of the evaluation envs (default 12345; a sampled token-task run: its "
+                             "env.evaluation.seed, the prompts its training evaluated on)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -97,6 +102,10 @@ def main(argv=None) -> None:
     except CheckpointError as error:
         parser.error(f"argument checkpoint: {error}")
     sampled = cfg.env.get("evaluation", {}).get("kind") == "sampled"
+    if args.episodes is None:
+        args.episodes = cfg.eval.episodes if sampled else 10
+    if args.seed is None:
+        args.seed = cfg.env.evaluation.seed if sampled else 12345
     try:
         if sampled:
             from benchmarks.rlhf.evaluation import SampledEvaluator

@@ -334,6 +334,12 @@ def test_a_token_task_trains_through_the_shared_trainer_and_logs_kl_and_judge(ma
                     f"+- {scored['reward'].std():.2f} over 64 prompts, reward_model {scored['reward_model'].mean():.2f}, "
                     f"judge {scored['judge'].mean():.2f}, kl_to_reference {scored['kl_to_reference'].mean():.2f}, "
                     f"length {scored['length'].mean():.2f}")
+    # without --episodes and --seed: the run's own evaluation prompts, so the final checkpoint scores its last row
+    evaluate_main([str(tmp_path)])
+    final = pd.read_csv(tmp_path / "eval.csv").iloc[-1]
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith(
+        f"outer_ppo on benchmarks.rlhf.env:RLHF/Arithmetic-v0: sampled return {final['eval_return_mean']:.2f} +- "
+        f"{final['eval_return_std']:.2f} over {cfg.eval.episodes} prompts, ")
 
 
 # -- the budget counts generated tokens ---------------------------------------------------------
