@@ -203,6 +203,18 @@ def test_a_stop_without_checkpoints_says_the_rerun_starts_over(make_config, tmp_
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
+def test_a_run_trained_again_without_checkpoints_removes_the_earlier_runs_checkpoint(make_config, tmp_path, capsys):
+    """The rerun's logs start again; the earlier checkpoint would resume a later run (checkpoints on) and cut those
+    logs at its own byte lengths, mid-row where a timing column's width differed."""
+    train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "pause_at_steps=1024"]), tmp_path)
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "checkpoint.prev.pt").exists()
+    capsys.readouterr()
+    train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "logging.checkpoint=false"]), tmp_path)
+    assert not (tmp_path / "checkpoint.pt").exists() and not (tmp_path / "checkpoint.prev.pt").exists()
+    assert (f"note: {tmp_path} trains from the start (logging.checkpoint=false): removed the earlier run's "
+            f"checkpoint.pt, checkpoint.prev.pt\n") in capsys.readouterr().err
+
+
 def test_a_run_started_with_ctrl_c_ignored_leaves_it_ignored(make_config, tmp_path, monkeypatch):
     """A script's background job (`python run.py ... &`) starts with SIGINT ignored: the Ctrl-C the terminal sends to
     the script's foreground job is not for it."""

@@ -313,6 +313,14 @@ class SeedRun:
     def start(self, checkpoint: dict | None) -> None:
         cfg = self.cfg
         if checkpoint is None:
+            # logging.checkpoint=false over a run that checkpointed: its logs start again here, so a checkpoint
+            # of the earlier logs goes (a later resume would cut these logs at that one's byte lengths)
+            stale = [name for name in CHECKPOINT_FILES if (self.run_dir / name).exists()]
+            for name in stale:
+                (self.run_dir / name).unlink()
+            if stale:
+                print(f"note: {self.run_dir} trains from the start (logging.checkpoint=false): removed the earlier "
+                      f"run's {', '.join(stale)}", file=sys.stderr)
             with self.randoms:
                 raw_obs, _ = self.envs.reset(seed=cfg.seed)
             self.obs = np.asarray(self.obs_normalizer(raw_obs, update=True), dtype=np.float32)
