@@ -121,7 +121,8 @@ def snapshot(directory) -> dict:
 
 def test_a_seed_trained_alone_and_then_in_a_population_is_refused_with_what_trains_the_rest(tmp_path):
     """A seed's complete run is skipped only by the same config; trained alone and then asked for in a population
-    (or the other way round) it would round differently, so it is refused, saying what trains the other seeds."""
+    of two or more (or the other way round) it would round differently, so it is refused, saying what trains the
+    other seeds. A population of one is the seed alone (the same numbers): either finds the other complete."""
     small = ["env=CartPole", "total_steps=512", "env.num_steps=128", *SMALL_UPDATE, "eval.episodes=1",
              "logging.tensorboard=false", "logging.progress_bar=false"]
     assert run_cli(*small, "seed=0", f"hydra.run.dir={tmp_path}/seed0").returncode == 0
@@ -131,14 +132,16 @@ def test_a_seed_trained_alone_and_then_in_a_population_is_refused_with_what_trai
         f"in a population of seeds=[0,2]: the two round differently; train the others without it (seeds=[2]), or "
         f"add restart=true to train it again in a population of seeds=[0,2]")
     assert run_cli(*small, "seeds=[2]", f"hydra.run.dir={tmp_path}/seeds2-2").returncode == 0
-    refused = run_cli(*small, "seed=2", f"hydra.run.dir={tmp_path}/seed2")
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
-        f"config error: {tmp_path}/seed2 holds a complete run of seed 2 trained in a population of seeds=[2], and "
-        f"this command trains it alone: the two round differently; rerun seeds=[2] (it skips the complete seeds), "
-        f"or add restart=true to train it again alone")
+    alone = run_cli(*small, "seed=2", f"hydra.run.dir={tmp_path}/seed2")  # (it was refused: "round differently")
+    assert alone.returncode == 0 and f"already complete, skipped: {tmp_path}/seed2 " in alone.stderr, alone.stderr
     again = run_cli(*small, "seeds=[0,2]", "restart=true", f"hydra.run.dir={tmp_path}/seeds0_2")
     assert again.returncode == 0, again.stderr  # the remedy it gave
     assert json.loads((tmp_path / "seed0" / "summary.json").read_text())["config"]["seeds"] == [0, 2]
+    refused = run_cli(*small, "seed=0", f"hydra.run.dir={tmp_path}/seed0")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"config error: {tmp_path}/seed0 holds a complete run of seed 0 trained in a population of seeds=[0,2], and "
+        f"this command trains it alone: the two round differently; rerun seeds=[0,2] (it skips the complete "
+        f"seeds), or add restart=true to train it again alone")
 
 
 def test_a_refused_run_leaves_the_other_run_byte_identical(tmp_path):

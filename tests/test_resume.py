@@ -407,15 +407,17 @@ def test_a_checkpoint_of_another_config_is_refused(make_config, tmp_path):
     train(make_config(["algo=ppo", *SMALL_RUN, *QUIET]), tmp_path)
     (tmp_path / "summary.json").unlink()
     with pytest.raises(CheckpointError) as refused:
-        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3", "seeds=[0]"]), tmp_path)
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "algo.lr=1e-3", "seeds=[0,1]"]), tmp_path)
     assert str(refused.value) == (f"{tmp_path / 'checkpoint.pt'} was written with a different config (differs in: "
                                   f"algo.lr, seeds); choose another run directory or delete this one")
-    # the same run in another population of seeds: that population is the one remedy
+    # the same seed in a population of two: the run alone is the one remedy (a population of one is the run alone)
     with pytest.raises(CheckpointError) as refused:
-        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "seeds=[0]"]), tmp_path)
+        train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "seeds=[0,1]"]), tmp_path)
     assert str(refused.value) == (f"{tmp_path / 'checkpoint.pt'} was written by a run of its seed alone (seed=0), "
                                   f"which alone resumes it (the seeds of a population resume in lockstep); rerun "
                                   f"that, or delete this run directory to train it again")
+    # a population of one (seeds=[0]) is the run alone: it resumes the checkpoint (it was refused as another config)
+    assert train(make_config(["algo=ppo", *SMALL_RUN, *QUIET, "seeds=[0]"]), tmp_path)["status"] == "complete"
 
 
 def test_the_keys_two_configs_differ_in_are_named_dotted_a_missing_key_included():

@@ -83,6 +83,8 @@ def numbers_relevant(config: dict) -> dict:
     # env.hparams and env.tuned are where the presets read their values from; the values used are in config["algo"].
     config["env"] = {k: v for k, v in config["env"].items()
                      if k not in ("random_score", "reference_score", "hparams", "tuned")}
+    if config.get("seeds") is not None and list(config["seeds"]) == [config.get("seed")]:
+        config["seeds"] = None  # a population of one is its seed alone: the same program, streams and numbers
     return config
 
 
