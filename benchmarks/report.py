@@ -68,9 +68,12 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def wall_time_per_step(run: dict) -> float:
-    """Training seconds per env step (rollout + update; evaluation excluded)."""
+    """Training seconds per env step (rollout + update; evaluation excluded). A population's seed logs the times of
+    the loop it shares with the seeds trained with it: its share is that over their number (what one seed's step
+    cost, as summarize's cpu_hours counts it)."""
     train_log = read_csv_complete_rows(run["dir"] / "train.csv")
-    return float((train_log["rollout_time"].sum() + train_log["update_time"].sum()) / train_log["env_steps"].iloc[-1])
+    seconds = train_log["rollout_time"].sum() + train_log["update_time"].sum()
+    return float(seconds / train_log["env_steps"].iloc[-1] / run.get("trained_together", 1))
 
 
 def suite_table(runs: list[dict]) -> pd.DataFrame:
@@ -133,20 +136,36 @@ def final_return_description(runs: list[dict]) -> str:
     return f"deterministic evaluation at the end of training ({episodes} episodes per seed)"
 
 
+def task_decimals(table: pd.DataFrame) -> list[int]:
+    """Decimals of each row's scores: three significant digits of its task's largest one, at least one decimal
+    (2022.4 and -150.3 as before; 0.677 where a task scores in [0, 1], which one decimal read as 0.7 for 0.721)."""
+    import math
+
+    columns = [column for column in ("final_mean", "final_ci_low", "final_ci_high", "final_iqm", "auc_mean")
+               if column in table]
+    largest = table[columns].abs().max(axis=1).groupby(table["task"]).transform("max")
+    return [max(1, 2 - math.floor(math.log10(value))) if np.isfinite(value) and value > 0 else 1 for value in largest]
+
+
 def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None,
              final_return: str = "deterministic evaluation at the end of training (10 episodes per seed)") -> str:
     suite_path = suite_path or f"results/runs/{suite}"
+    decimals = task_decimals(table)
+
+    def scores(column: str) -> list[str]:
+        return [f"{value:.{places}f}" for value, places in zip(table[column], decimals)]
+
     shown = pd.DataFrame({
         "task": table["task"], "algo": table["algo"],
         "seeds": table["seeds"].map(lambda n: f"{n}" if n >= MIN_SEEDS_FOR_CI else f"{n} (<{MIN_SEEDS_FOR_CI}: CIs unreliable)"),
         "env steps": table["env_steps"],
-        "final return (mean [95% CI])": [f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in
-                                         zip(table["final_mean"], table["final_ci_low"], table["final_ci_high"])],
-        "final std": table["final_std"].map(lambda v: f"{v:.1f}"),
-        "final IQM": table["final_iqm"].map(lambda v: f"{v:.1f}"),
-        "AUC": table["auc_mean"].map(lambda v: f"{v:.1f}"),
-        "last-100 train": table["last100_train_mean"].map(
-            lambda v: "a seed ended no episode" if pd.isna(v) else f"{v:.1f}"),
+        "final return (mean [95% CI])": [f"{m} [{lo}, {hi}]" for m, lo, hi in
+                                         zip(scores("final_mean"), scores("final_ci_low"), scores("final_ci_high"))],
+        "final std": scores("final_std"),
+        "final IQM": scores("final_iqm"),
+        "AUC": scores("auc_mean"),
+        "last-100 train": ["a seed ended no episode" if pd.isna(value) else text
+                           for value, text in zip(table["last100_train_mean"], scores("last100_train_mean"))],
         "us/step": table["us_per_step"].map(lambda v: f"{v:.0f}"),
         "time vs PPO": table.get("time_vs_ppo", pd.Series(np.nan, index=table.index)).map(
             lambda v: "" if pd.isna(v) else f"{v:.2f}x"),
@@ -163,7 +182,8 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
         f"Final return: {final_return}, mean over seeds "
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
-        f"stochastic policy); us/step = training wall time per env step (evaluation excluded); "
+        f"stochastic policy); us/step = training wall time per env step (evaluation excluded; a population's "
+        f"shared among its seeds); "
         f"P(improve over PPO) = rliable's probability of improvement on the final return, stratified bootstrap CI. "
         f"With fewer than {MIN_SEEDS_FOR_CI} seeds a bootstrap CI is little more than the seeds' own range: such "
         f"rows are marked.\n\n"
@@ -1193,8 +1213,9 @@ def headline(table_paths: list[Path]) -> str:
             raise SystemExit(f"error: --headline reads suite result tables (results/tables/<suite>.csv); {path} "
                              + (f"has no column {', '.join(missing)}" if missing else "has rows without a final return"))
         read.append(table)
-    tables = pd.concat(read)
-    tables["cell"] = [f"{m:.1f} +- {s:.1f}" for m, s in zip(tables["final_mean"], tables["final_std"])]
+    tables = pd.concat(read, ignore_index=True)
+    tables["cell"] = [f"{m:.{places}f} +- {s:.{places}f}"
+                      for m, s, places in zip(tables["final_mean"], tables["final_std"], task_decimals(tables))]
     tables["column"] = [f"{t} ({int(n) // 1000}k)" for t, n in zip(tables["task"], tables["env_steps"].round(-3))]
     twice = tables[tables.duplicated(["algo", "column"])]
     if len(twice):

@@ -224,6 +224,12 @@ def incomplete_summary(summary: dict) -> str | None:
     return f"corrupt summary.json (its config has no {', '.join(missing)})" if missing else None
 
 
+def trained_together(summary: dict) -> list[int]:
+    """The seeds trained in the run's process, its own among them (a population's logs its whole loop's times)."""
+    batched = summary.get("batched") or {}
+    return batched.get("trained_together") or batched.get("seeds") or [summary.get("seed")]
+
+
 def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict]:
     """One dict per complete run: env, algo, seed, env_steps, sps, dir, config, and its eval/episodes tables.
 
@@ -260,6 +266,6 @@ def load_runs(root: Path, skipped: list[tuple[Path, str]] | None = None) -> list
         runs.append({
             "env": summary["env"], "algo": summary["algo"], "seed": summary["seed"],
             "env_steps": summary["env_steps"], "sps": summary["sps"], "dir": run_dir, "config": summary["config"],
-            "eval": eval_log, "episodes": episodes,
+            "eval": eval_log, "episodes": episodes, "trained_together": len(trained_together(summary)),
         })
     return runs

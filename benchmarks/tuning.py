@@ -85,12 +85,10 @@ def training_seconds(run_dir: Path) -> float:
     """A run's training-loop wall time so far, over all its segments (its summary's wall_time_s: complete, paused,
     interrupted or failed), shared out among the seeds trained together in its process: summed over a trial's runs,
     what the trial cost on one core per process (0 for a run with no summary)."""
-    from benchmarks.runs import read_summary
+    from benchmarks.runs import read_summary, trained_together
 
     summary = read_summary(run_dir)
-    batched = summary.get("batched") or {}
-    together = batched.get("trained_together") or batched.get("seeds") or [summary.get("seed")]
-    return float(summary.get("wall_time_s") or 0.0) / len(together)
+    return float(summary.get("wall_time_s") or 0.0) / len(trained_together(summary))
 
 
 def rung_steps(pruner: dict | None, total_steps: int) -> list[int]:

@@ -580,6 +580,36 @@ def test_two_presets_with_the_same_curves_are_drawn_and_said_to_coincide(monkeyp
                        "PPO 0.677. hp3o and hp3o_plus coincide: the same evaluations in every seed.")
 
 
+def test_table_scores_keep_three_significant_digits_of_their_tasks_largest():
+    """A task scored in [0, 1] read 0.7 [0.7, 0.7] for both 0.677 and 0.721 (one decimal everywhere); MuJoCo's and
+    classic control's scores keep their one decimal."""
+    from benchmarks.report import headline, task_decimals
+
+    table = pd.DataFrame({"task": ["Arithmetic", "Arithmetic", "Praise", "HalfCheetah", "Pendulum", "Flat"],
+                          "final_mean": [0.677, 0.721, 2.08, 2022.4, -150.3, 0.0],
+                          "final_ci_low": [0.668, 0.713, 2.05, 1500.0, -170.0, 0.0],
+                          "final_ci_high": [0.685, 0.730, 2.11, 2600.0, -130.0, 0.0]})
+    assert task_decimals(table) == [3, 3, 2, 1, 1, 1]
+    pivot = headline([ROOT / "results" / "tables" / "rlhf.csv", ROOT / "results" / "tables" / "mujoco_1m.csv"])
+    assert "| 0.677 +- 0.010 " in pivot and "| 2438.9 +- 1194.7 " in pivot  # ppo on RLHFArithmetic, HalfCheetah
+
+
+def test_a_populations_time_per_step_is_its_share_of_the_loop_it_shared(tmp_path):
+    """Each seed of a population logs the whole loop's rollout and update times: us/step divides them among the
+    seeds trained together (it gave 10 seeds' loop time per step of one, 10x a seed's cost), as cpu_hours does."""
+    from benchmarks.report import wall_time_per_step
+    from benchmarks.runs import trained_together
+
+    pd.DataFrame({"env_steps": [1000, 2000], "rollout_time": [0.3, 0.3], "update_time": [0.1, 0.1]}).to_csv(
+        tmp_path / "train.csv", index=False)
+    alone = wall_time_per_step({"dir": tmp_path, "trained_together": 1})
+    assert alone == pytest.approx(0.8 / 2000)
+    assert wall_time_per_step({"dir": tmp_path, "trained_together": 4}) == pytest.approx(alone / 4)
+    assert len(trained_together({"seed": 3, "batched": {"seeds": [0, 3], "trained_together": [3]}})) == 1
+    assert len(trained_together({"seed": 3, "batched": {"seeds": [0, 1, 2, 3]}})) == 4
+    assert trained_together({"seed": 3}) == [3]
+
+
 def test_captions_quote_scores_with_enough_digits_and_say_what_a_single_preset_or_seed_gives():
     from benchmarks.report import score_texts, task_caption
 
