@@ -111,6 +111,8 @@ def suite_table(runs: list[dict]) -> pd.DataFrame:
         table.loc[index, "time_vs_ppo"] = row["us_per_step"] / ppo["us_per_step"].iloc[0]
         if row["algo"] == "ppo":
             continue
+        if tuple(curves_of[(row["task"], row["algo"])].index) != tuple(curves_of[(row["task"], "ppo")].index):
+            table.loc[index, "auc_note"] = "evaluated at other env steps than PPO"  # areas of other points
         if row["env_steps"] != ppo["env_steps"].iloc[0]:  # the protocol compares equal budgets only
             table.loc[index, "poi_vs_ppo_note"] = f"not compared: PPO trained {int(ppo['env_steps'].iloc[0]):,} env steps"
         else:
@@ -163,7 +165,8 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
                                          zip(scores("final_mean"), scores("final_ci_low"), scores("final_ci_high"))],
         "final std": scores("final_std"),
         "final IQM": scores("final_iqm"),
-        "AUC": scores("auc_mean"),
+        "AUC": [text if pd.isna(note) else f"{text} ({note})" for text, note in
+                zip(scores("auc_mean"), table.get("auc_note", pd.Series(np.nan, index=table.index)))],
         "last-100 train": ["a seed ended no episode" if pd.isna(value) else text
                            for value, text in zip(table["last100_train_mean"], scores("last100_train_mean"))],
         "us/step": table["us_per_step"].map(lambda v: f"{v:.0f}"),
@@ -685,7 +688,10 @@ def normalised_curves(runs: list[dict]) -> tuple[dict[str, np.ndarray], np.ndarr
         x, label = np.array(next(iter(grids)), dtype=float), "env steps"
         stacked = {algo: np.stack([c.to_numpy().T for c in per_task], axis=1) for algo, per_task in curves.items()}
     else:
-        x, label = np.linspace(0.0, 1.0, SAMPLE_EFFICIENCY_POINTS), "fraction of the env-step budget"
+        # from the latest first evaluation on: a curve is not drawn before its first point (np.interp would
+        # carry that point back flat to 0: a preset evaluated first at mid-budget seemed to start there)
+        start = max(c.index.min() / c.index.max() for per_task in curves.values() for c in per_task)
+        x, label = np.linspace(start, 1.0, SAMPLE_EFFICIENCY_POINTS), "fraction of the env-step budget"
 
         def resampled(curve: pd.DataFrame) -> np.ndarray:  # [seeds, points]
             fraction = curve.index.to_numpy(dtype=float) / curve.index.max()

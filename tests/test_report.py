@@ -304,6 +304,13 @@ def test_iqm_sample_efficiency_points_are_the_iqm_of_normalised_scores_at_each_e
             run["eval"]["env_steps"] = [0, 500, 1000]
     _, x, label, _ = normalised_curves(runs)
     assert label == "fraction of the env-step budget" and x[0] == 0 and x[-1] == 1
+    # a preset first evaluated at mid-budget (eval.at_start=false): no point of any curve is drawn before that
+    # (its first point was carried back flat to 0)
+    for run in runs:
+        if run["algo"] == "hp3o":
+            run["eval"] = run["eval"].iloc[1:].reset_index(drop=True)
+    _, x, _, _ = normalised_curves(runs)
+    assert x[0] == 0.5 and x[-1] == 1
 
 
 def test_an_aggregate_covers_every_task_and_is_made_only_from_two_tasks_and_five_seeds():
@@ -374,6 +381,20 @@ def test_a_preset_trained_for_another_budget_than_ppo_is_not_compared_with_it_in
     shown = table.set_index("algo")
     assert pd.isna(shown.loc["hp3o", "poi_vs_ppo"]) and shown.loc["ppo_kl", "poi_vs_ppo"] == 0.0
     assert "| not compared: PPO trained 2,048 env steps |" in report.markdown(table, "mix", "python run.py -m ...")
+
+
+def test_an_area_under_a_curve_evaluated_at_other_steps_than_ppos_is_marked(monkeypatch):
+    """The same returns from 1,024 env steps on, without the evaluation at the start: a larger area (the mean over
+    other points), which the table put beside PPO's unmarked."""
+    from benchmarks import report
+
+    monkeypatch.setattr(report, "wall_time_per_step", lambda run: 1e-3)  # the fake runs have no train.csv
+    runs = [fake_run("CartPole", "ppo", seed, [0, 1024, 2048], [10.0, 50.0, 100.0 + seed]) for seed in range(5)]
+    runs += [fake_run("CartPole", "mine", seed, [1024, 2048], [50.0, 100.0 + seed]) for seed in range(5)]
+    runs += [fake_run("CartPole", "ppo_kl", seed, [0, 1024, 2048], [10.0, 50.0, 100.0 + seed]) for seed in range(5)]
+    shown = report.markdown(report.suite_table(runs), "mix", "python run.py -m ...")
+    assert shown.count("(evaluated at other env steps than PPO)") == 1
+    assert "| mine " in [line for line in shown.splitlines() if "other env steps" in line][0]
 
 
 def test_a_presets_aggregate_interval_does_not_move_when_another_preset_joins_the_suite():
