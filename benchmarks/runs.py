@@ -3,6 +3,8 @@ and their grouping by task and preset (group_runs)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 from pathlib import Path
@@ -169,20 +171,36 @@ def keys_between(configs: list[dict]) -> list[str]:
     return sorted({key for other in configs[1:] for key in differing_keys(configs[0], other)})
 
 
-def mixed_configurations(runs: list[dict]) -> str | None:
+def mixed_configurations(runs: list[dict], swept: tuple[str, ...] = ()) -> str | None:
     """None when each (task, preset) holds one run per seed, all of one configuration (compared_configuration);
     else one line naming two runs that are not, and the keys they differ in. A table's row, a curve's band and a
     verdict take the seeds of one configuration: the points of a sweep over algo.lr in one folder would otherwise
-    be averaged as seeds."""
+    be averaged as seeds. swept: the dotted keys a sweep's figure sets apart (its grid's axes, a frontier's KL
+    coefficients): one configuration and one run per seed at each of their values."""
+    def block_of(config: dict, key: str) -> tuple[dict, str]:  # the dict holding a dotted key, and its last name
+        *parents, last = key.split(".")
+        return functools.reduce(lambda node, name: node.get(name) or {}, parents, config), last
+
+    def configuration(run: dict) -> dict:
+        config = copy.deepcopy(compared_configuration(run))
+        for key in swept:
+            block, last = block_of(config, key)
+            block.pop(last, None)
+        return config
+
+    def value(run: dict, key: str):
+        block, last = block_of(run["config"], key)
+        return block.get(last)
+
     for (env, algo), group in group_runs(runs).items():
-        first = compared_configuration(group[0])
+        first = configuration(group[0])
         for run in group[1:]:
-            if keys := keys_between([first, compared_configuration(run)]):
+            if keys := keys_between([first, configuration(run)]):
                 return (f"{env}/{algo} holds runs of more than one configuration ({group[0]['dir']} and {run['dir']} "
                         f"differ in: {', '.join(keys)}): a table takes the seeds of one; name each configuration's "
                         f"directory on its own")
-        seeds = [run["seed"] for run in group]
-        if twice := [run for run in group if seeds.count(run["seed"]) > 1]:
+        points = [(tuple(value(run, key) for key in swept), run["seed"]) for run in group]
+        if twice := [run for run, point in zip(group, points) if points.count(point) > 1]:
             return (f"{env}/{algo} holds seed {twice[0]['seed']} more than once ({twice[0]['dir']} and "
                     f"{twice[1]['dir']}, the same configuration): a table takes one run per seed; keep one")
     return None

@@ -86,7 +86,7 @@ def test_packed_runs_give_the_same_report_and_pack_deterministically(make_config
         assert filecmp.cmp(tmp_path / "plain" / "tables" / name, tmp_path / "packed" / "tables" / name, shallow=False)
 
 
-def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path):
+def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path, capsys):
     suite = tmp_path / "runs" / "sensitivity"
     for sigma in (0.5, 1.0):
         for mu in (0.0, 0.3):
@@ -95,6 +95,20 @@ def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path):
             train(cfg, suite / f"sigma{sigma}_mu{mu}")
     report_main([str(suite), "--out", str(tmp_path / "out")])
     assert (tmp_path / "out" / "plots" / "sensitivity_CartPole_sensitivity.png").stat().st_size > 0
+    # another preset beside the grid is named as left out (its runs vanished unsaid)
+    train(make_config(["env=CartPole", "algo=ppo", "total_steps=512", *QUIET]), suite / "ppo")
+    capsys.readouterr()
+    report_main([str(suite), "--out", str(tmp_path / "out")])
+    assert "left out (a sensitivity suite reports its grid): CartPole/ppo" in capsys.readouterr().out
+    # a cell holding runs of two configurations is refused (they were averaged as the cell's seeds)
+    train(make_config(["env=CartPole", "algo=outer_ppo_nesterov", "algo.outer_optimizer.lr=0.5",
+                       "algo.outer_optimizer.momentum=0.0", "algo.ent_coef=0.01", "total_steps=512", *QUIET]),
+          suite / "sigma0.5_mu0.0_ent0.01")
+    with pytest.raises(SystemExit):
+        report_main([str(suite), "--out", str(tmp_path / "out")])
+    assert (f"sensitivity: not reported: CartPole/outer_ppo_nesterov holds runs of more than one configuration "
+            f"({suite / 'sigma0.5_mu0.0'} and {suite / 'sigma0.5_mu0.0_ent0.01'} differ in: algo.ent_coef)"
+            ) in capsys.readouterr().out
 
 
 def test_bootstrap_ci_and_iqm_on_known_values():
