@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.statistics import area_under_curve
-from benchmarks.arguments import conf_name, number_in, run_printing_command
+from benchmarks.arguments import number_in, run_printing_command
 from benchmarks.runs import group_runs, load_runs, mixed_configurations
 
 METRICS = ("auc", "final")
@@ -148,8 +148,9 @@ def main(argv=None) -> int:
     parser.add_argument("--min-effect", type=number_in(0), default=0.2,
                         help="smallest drop that counts, as a fraction of the reference's learning progress")
     parser.add_argument("--resamples", type=number_in(1, integer=True), default=10_000)
-    parser.add_argument("--tasks", nargs="+", type=conf_name("env"), help="only these tasks (conf/env names), e.g. CartPole")
-    parser.add_argument("--algos", nargs="+", type=conf_name("algo"), help="only these presets, e.g. ppo hp3o")
+    parser.add_argument("--tasks", nargs="+", help="only these tasks, as the runs name them (env.name), e.g. CartPole")
+    parser.add_argument("--algos", nargs="+", help="only these presets, as the runs name them (algo.name: a variant "
+                        "of one's own included), e.g. ppo hp3o")
     args = parser.parse_args(argv)
     for role, path in (("reference", args.reference), ("candidate", args.candidate)):
         problem = directory_problem(path)
@@ -161,7 +162,13 @@ def main(argv=None) -> int:
         return [run for run in runs if (not args.tasks or run["env"] in args.tasks)
                 and (not args.algos or run["algo"] in args.algos)]
 
-    reference_runs = selected(load_runs(args.reference))
+    every_reference_run = load_runs(args.reference)
+    for flag, key, names in (("--tasks", "env", args.tasks), ("--algos", "algo", args.algos)):
+        held = sorted({run[key] for run in every_reference_run})
+        if held and (unknown := [name for name in names or [] if name not in held]):
+            parser.error(f"argument {flag}: {', '.join(unknown)}: not in --reference {args.reference} (it holds "
+                         f"{', '.join(held)})")
+    reference_runs = selected(every_reference_run)
     if not reference_runs:
         print(f"error: --reference {args.reference}: no complete reference runs"
               f"{' for the selected tasks/algos' if args.tasks or args.algos else ''}", file=sys.stderr)

@@ -7,6 +7,7 @@ benchmarks.regression. The bug tests inject a real learning bug through a test-o
 and require a REGRESSION verdict.
 """
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -135,7 +136,8 @@ def test_a_candidate_that_is_not_a_directory_of_runs_is_named_as_such(make_candi
     (["--alpha", "2"], "argument --alpha: must be a number in (0, 0.5], got 2"),
     (["--resamples", "0"], "argument --resamples: must be an integer in [1, inf), got 0"),
     (["--min-effect", "-1"], "argument --min-effect: must be a number in [0, inf), got -1"),
-    (["--tasks", "Cartpole"], "argument --tasks: no conf/env/Cartpole.yaml (have: "),
+    (["--tasks", "Cartpole"], "argument --tasks: Cartpole: not in --reference"),
+    (["--algos", "ppo", "hp4o"], "argument --algos: hp4o: not in --reference"),
 ])
 def test_a_setting_out_of_range_or_a_misspelt_task_is_refused_in_one_line(arguments, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -143,6 +145,21 @@ def test_a_setting_out_of_range_or_a_misspelt_task_is_refused_in_one_line(argume
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         f"python -m benchmarks.regression: error: {message}")
+
+
+def test_a_variant_of_ones_own_is_selected_by_the_name_its_runs_have(tmp_path, capsys):
+    """--algos took conf/algo names only: a module:Class variant with its own algo.name was refused ('no
+    conf/algo/my_variant.yaml')."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(REFERENCE, runs)  # (its logs are packed per suite)
+    for summary_path in (runs / "CartPole" / "hp3o").rglob("summary.json"):
+        summary = json.loads(summary_path.read_text())
+        summary["algo"] = summary["config"]["algo"]["name"] = "my_variant"
+        summary_path.write_text(json.dumps(summary))
+    assert regression_main(["--reference", str(runs), "--candidate", str(runs), "--algos", "my_variant"]) == 0
+    assert "0 failing of 2 rows" in capsys.readouterr().out
 
 
 def test_one_cell_can_be_checked_alone(capsys):
