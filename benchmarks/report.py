@@ -151,6 +151,7 @@ def task_decimals(table: pd.DataFrame) -> list[int]:
 
 def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | None = None,
              final_return: str = "deterministic evaluation at the end of training (10 episodes per seed)") -> str:
+    """The suite's table in Markdown under its header; command: what made it, as `made_by` writes it."""
     suite_path = suite_path or f"results/runs/{suite}"
     decimals = task_decimals(table)
 
@@ -181,7 +182,7 @@ def markdown(table: pd.DataFrame, suite: str, command: str, suite_path: str | No
     })
     header = (
         f"# {suite}\n\n"
-        f"Made by `{command}`; table by `python -m benchmarks.report {suite_path}`.\n"
+        f"Made by {command}; table by `python -m benchmarks.report {suite_path}`.\n"
         f"Final return: {final_return}, mean over seeds "
         f"with a 95% percentile-bootstrap CI ({BOOTSTRAP_RESAMPLES} resamples); IQM over seeds; AUC = mean eval "
         f"return over training; last-100 train = CleanRL's metric (mean of the last 100 training episodes, "
@@ -960,6 +961,33 @@ def suite_command(suite_dir: Path) -> str:
     return "python run.py -m " + shlex.join(kept)  # quoted where a shell would expand or split one
 
 
+def made_by(suite_dir: Path, runs: list[dict]) -> str:
+    """What a table's header says made the suite: the sweep command, and where multirun.yaml (the last sweep's) does
+    not name all the suite holds, that earlier commands into the same directory made the rest."""
+    command = suite_command(suite_dir)
+    others = not_swept_by(shlex.split(command)[3:], runs) if command.startswith("python run.py -m ") else ""
+    return f"`{command}`" + (f" and earlier commands into the same directory (its runs of {others})" if others else "")
+
+
+def not_swept_by(overrides: list[str], runs: list[dict]) -> str:
+    """The tasks and presets of `runs` that a sweep's plain env=/algo= overrides (a value or a comma list) do not
+    name, as text ('algo ppo'); empty where they name every one or do not choose (an experiment's grid)."""
+    missing = []
+    for key, field in (("env", "env"), ("algo", "algo")):
+        given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key]
+        if not given or any(bracket in given[0] for bracket in "()[]{}$"):
+            continue  # not chosen here, or chosen by a sweep function this reading does not parse
+        named = set(given[0].split(","))
+        if field == "env":  # a run's env is its task's name, which conf/env/<name>.yaml gives
+            held = sorted({run["env"] for run in runs if run["config"]["env"].get("name") not in named
+                           and run["env"] not in named})
+        else:
+            held = sorted({run["algo"] for run in runs if run["algo"] not in named})
+        if held:
+            missing.append(f"{key} {', '.join(held)}")
+    return "; ".join(missing)
+
+
 def kl_coef(run: dict) -> float | None:
     penalty = run["config"]["env"].get("kl_penalty")
     return None if penalty is None else float(penalty["coef"])
@@ -1101,7 +1129,7 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
         raise NotReported(suite, mixed)
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
-    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, suite_command(suite_dir), display_path(suite_dir),
+    (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, made_by(suite_dir, runs), display_path(suite_dir),
                                                          final_return_description(runs)))
     aggregate = aggregate_table(runs)
     if aggregate is None:

@@ -275,6 +275,23 @@ def test_a_report_of_ones_own_sweep_names_its_exact_command_and_stays_beside_its
     assert (sweep / "report" / "plots" / "my_sweep_CartPole.png").exists()
 
 
+def test_a_suite_filled_by_several_sweeps_says_its_command_made_only_part_of_it(tmp_path):
+    """multirun.yaml is the last sweep's: `algo=ppo` then `algo=ppo_kl` into one directory named the second alone
+    as what made the table of both."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.report import made_by
+
+    OmegaConf.save({"hydra": {"overrides": {"task": ["env=CartPole,Acrobot", "algo=ppo_kl", "seed=0,1"],
+                                            "hydra": [f"hydra.sweep.dir={tmp_path}"]}}}, tmp_path / "multirun.yaml")
+    runs = [{"env": env, "algo": algo, "config": {"env": {"name": env}}}
+            for env in ("CartPole", "Acrobot") for algo in ("ppo", "ppo_kl")]
+    command = f"python run.py -m env=CartPole,Acrobot algo=ppo_kl seed=0,1 hydra.sweep.dir={tmp_path}"
+    assert made_by(tmp_path, runs) == (f"`{command}` and earlier commands into the same directory (its runs of "
+                                       f"algo ppo)")
+    assert made_by(tmp_path, [run for run in runs if run["algo"] == "ppo_kl"]) == f"`{command}`"
+
+
 def test_a_sweeps_command_keeps_an_interpolated_subdir_as_typed_and_quoted_for_the_shell(tmp_path):
     """A sweep given its own hydra.sweep.subdir (docs/configuration.md) holds ${...} in its overrides: the
     command is rebuilt as typed (it ended in OmegaConf's UnsupportedInterpolationType traceback)."""
