@@ -51,8 +51,8 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import existing_file, suite_directory
-from benchmarks.runs import (CONF_ENV, eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations,
-                            unequal_budgets)
+from benchmarks.runs import (CONF_ENV, eval_curves, group_runs, last_episodes_mean, left_out_lines, load_runs,
+                            mixed_configurations, unequal_budgets)
 from benchmarks.statistics import (
     BOOTSTRAP_RESAMPLES,
     MIN_SEEDS_FOR_CI,
@@ -1129,8 +1129,9 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
         raise NotReported(suite, mixed)
     table = suite_table(runs)
     table.round(6).to_csv(out / "tables" / f"{suite}.csv", index=False)
+    left_out = "".join(f"\n{line}\n" for line in left_out_lines(suite_dir, skipped))  # the file says it too
     (out / "tables" / f"{suite}.md").write_text(markdown(table, suite, made_by(suite_dir, runs), display_path(suite_dir),
-                                                         final_return_description(runs)))
+                                                         final_return_description(runs)) + left_out)
     aggregate = aggregate_table(runs)
     if aggregate is None:
         for path in aggregate_files:

@@ -32,8 +32,8 @@ import pandas as pd
 
 from benchmarks.engine.logger import read_csv_complete_rows
 from benchmarks.arguments import number_in, run_printing_command, suite_directory
-from benchmarks.runs import (eval_curves, group_runs, last_episodes_mean, load_runs, mixed_configurations,
-                             one_preset_per_configuration)
+from benchmarks.runs import (eval_curves, group_runs, last_episodes_mean, left_out_lines, load_runs,
+                             mixed_configurations, one_preset_per_configuration)
 from benchmarks.tuning import training_seconds
 
 
@@ -69,27 +69,6 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
             "cpu_hours": round(sum(training_seconds(r["dir"]) for r in group) / 3600, 2),
         })
     return pd.DataFrame(rows)
-
-
-def left_out_lines(root: Path, skipped: list[tuple[Path, str]]) -> list[str]:
-    """One line per (directory, reason) of the runs the table leaves out - running, interrupted, failed -, the
-    seeds of a population in one line: `left out: Ant/ppo/seed0-9 (10 runs): interrupted by SIGTERM at ...`."""
-    by_reason: dict[tuple[str, str], list[str]] = {}
-    for run_dir, reason in skipped:
-        where = run_dir.parent.relative_to(root).as_posix() + "/" if run_dir != Path(root) else ""
-        by_reason.setdefault((where, reason), []).append(run_dir.name)
-    return [f"left out: {where}{run_names(names)}: {reason}" for (where, reason), names in by_reason.items()]
-
-
-def run_names(names: list[str]) -> str:
-    """seed0..seed9 -> 'seed0-9 (10 runs)'; names that are not one run of consecutive seeds are listed."""
-    numbers = [name[4:] for name in names if name.startswith("seed")]
-    if len(names) > 1 and len(numbers) == len(names) and all(number.isdigit() for number in numbers):
-        seeds = sorted(int(number) for number in numbers)
-        if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
-            return f"seed{seeds[0]}-{seeds[-1]} ({len(seeds)} runs)"
-        return ", ".join(f"seed{seed}" for seed in seeds)
-    return ", ".join(sorted(names))
 
 
 def train_column_means(runs: list[dict], columns: list[str], last: int | None = None,

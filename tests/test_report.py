@@ -169,6 +169,10 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
     report_main([str(suite), "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert "skipped CartPole/ppo/seed1: failed: NonFiniteError: x" in out
+    # the table's file says what it leaves out too (on the console alone, its means read as of every seed)
+    written = (tmp_path / "out" / "tables" / "mixed.md").read_text()
+    assert "\nleft out: CartPole/ppo/seed1: failed: NonFiniteError: x\n" in written
+    assert "\nleft out: CartPole/ppo/seed2: partial: no summary.json (running, or killed" in written
     assert "skipped CartPole/ppo/seed2: partial: no summary.json" in out
     assert "skipped CartPole/ppo/seed3: corrupt summary.json (JSONDecodeError)" in out
     assert "skipped CartPole/ppo/seed4: corrupt logs (FileNotFoundError" in out
