@@ -233,10 +233,13 @@ def main(argv: list[str] | None = None) -> None:
                  f"preset's own values" if args.tune == "none" else
                  f"the study of conf/tune/{args.tune}.yaml, the final evaluation of conf/experiment/{args.suite}.yaml "
                  f"with the study's best values {' '.join(f'`{v}`' for v in values) or '(none)'}")
+    # a preset's own values may be a study's best (conf/algo/<name>.yaml): that study, not one this command ran
+    tuning_heading = ("Tuning (no study run by this command: the studies whose best values the runs hold)"
+                      if args.tune == "none" else "Tuning")
     text = (f"# Does {args.algo} beat PPO?\n\nMade by `{command}`: {evaluated}. P(...) is rliable's probability of "
             f"improvement over tasks with a 95% stratified-bootstrap interval; * marks a tuning task.\n\n"
             + markdown_table(table.drop(columns=["tuning"]))
-            + f"\n\nTuning: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")
+            + f"\n\n{tuning_heading}: {table['tuning'].iloc[0]}\n\nFigures: {', '.join(p.name for p in figures)}\n")
     (out / "verdict.md").write_text(text)
     table.to_csv(out / "verdict.csv", index=False)
     print(table.drop(columns=["tuning", "per_task"]).to_string(index=False))

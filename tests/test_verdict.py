@@ -148,6 +148,8 @@ def test_a_verdict_without_a_study_runs_its_final_evaluation_on_the_presets_own_
     assert text.startswith(f"# Does ppo_kl beat PPO?\n\nMade by `python -m benchmarks.verdict --algo ppo_kl --tune none "
                            f"--suite classic_10seeds --out {tmp_path / 'out'}`: no study (`--tune none`), the final "
                            f"evaluation of conf/experiment/classic_10seeds.yaml on the preset's own values. ")
+    # its values are a study's best (conf/algo/ppo_kl.yaml): said as such, not as a study this command ran
+    assert "\n\nTuning (no study run by this command: the studies whose best values the runs hold): ppo_kl: " in text
     numbers = ["group", "metric", "tasks", "seeds", "value", "ci_low", "ci_high", "verdict"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "verdict.csv")[numbers],
                                   pd.read_csv(stored / "verdict.csv")[numbers])
