@@ -556,6 +556,8 @@ def test_every_shipped_preset_has_its_own_colour_and_marker_and_any_other_a_stab
     assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers)
     assert not {c for c, _ in SPARE_STYLES} & set(colours) and not {m for _, m in SPARE_STYLES} & set(markers)
     assert algo_style("my_variant") in SPARE_STYLES and algo_style("my_variant") == algo_style("my_variant")
+    assert len(set(SPARE_STYLES)) == 12  # three presets of one's own drew one style (ppo_huber, ppo_lr, variant_a)
+    assert len({algo_style(name) for name in ("ppo_huber", "ppo_lr", "variant_a")}) == 3
 
 
 def test_an_algorithm_keeps_its_colour_whatever_else_a_report_holds(monkeypatch, tmp_path):
