@@ -71,6 +71,11 @@ def main(cfg: DictConfig) -> float | None:
         # Rerunning a sweep fills in only what is missing: a finished run is never trained twice.
         say_skipped(run_dir, finished)
         return finished["final_eval_return_mean"]
+    from benchmarks.engine.batch_trainer import stopped_on_non_finite
+
+    if (stopped := stopped_on_non_finite(run_dir, cfg)) is not None:  # as seeds=[k] finds it (a population of one)
+        say_stopped(run_dir, stopped)
+        return leave_failed()
     summaries = train_job(cfg, run_dir, [run_dir], lambda: [train(cfg, run_dir, announce=lambda: log.info(
         "training %s on %s, seed %d, %d env steps -> %s", cfg.algo.name, cfg.env.name, cfg.seed, cfg.total_steps,
         run_dir))])
@@ -203,8 +208,9 @@ def main_batch(cfg: DictConfig, job_dir: Path) -> float | None:
                if (error := stopped_on_non_finite(run_dir, seed_config(cfg, seed))) is not None]
     if todo and len(stopped) == len(todo):  # each stopped alone on non-finite numbers; a rerun would stop it again
         for run_dir, error in stopped:
-            print(f"stopped, skipped: {run_dir} ({error}; restart=true trains the population again)",
-                  file=sys.stderr)
+            say_stopped(run_dir, error)
+        if not finals:  # as the run that stopped them ended: failed
+            return leave_failed()
         todo = []
     if todo:
         todo_seeds, todo_dirs = [seed for seed, _ in todo], [run_dir for _, run_dir in todo]
@@ -305,6 +311,20 @@ def leave_the_other_run(job_dir: Path, records: tuple[dict[str, bytes], dict[str
             path.unlink()
     if record.is_dir() and not any(record.iterdir()):
         record.rmdir()
+
+
+def say_stopped(run_dir: Path, error: str) -> None:
+    """A run (or a population's seed) that stopped on non-finite numbers: its result, which a rerun would only
+    reach again (the resume is exact), so it is not trained."""
+    print(f"stopped, skipped: {run_dir} ({error}; restart=true trains it again)", file=sys.stderr)
+
+
+def leave_failed() -> None:
+    """A job whose runs all stopped: failed, as the run that stopped them ended (exit 1; in a sweep the sweep's end
+    lists each failed run from its summary.json and exits non-zero)."""
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return None
+    sys.exit(1)
 
 
 def say_skipped(run_dir: Path, finished: dict) -> None:

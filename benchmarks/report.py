@@ -140,7 +140,8 @@ def final_return_description(runs: list[dict]) -> str:
 
 def task_decimals(table: pd.DataFrame) -> list[int]:
     """Decimals of each row's scores: three significant digits of its task's largest one, at least one decimal
-    (2022.4 and -150.3 as before; 0.677 where a task scores in [0, 1], which one decimal read as 0.7 for 0.721)."""
+    (2022.4 and -150.3 as before; 0.677 where a task scores in [0, 1], which one decimal read as 0.7 for 0.721).
+    (The Markdown writer prints a column of bare numbers without trailing zeros: 0.010 as 0.01.)"""
     import math
 
     columns = [column for column in ("final_mean", "final_ci_low", "final_ci_high", "final_iqm", "auc_mean")
@@ -970,19 +971,24 @@ def made_by(suite_dir: Path, runs: list[dict]) -> str:
 
 
 def not_swept_by(overrides: list[str], runs: list[dict]) -> str:
-    """The tasks and presets of `runs` that a sweep's plain env=/algo= overrides (a value or a comma list) do not
-    name, as text ('algo ppo'); empty where they name every one or do not choose (an experiment's grid)."""
+    """The tasks and presets of `runs` that a sweep's env=/algo= overrides (read as Hydra reads them: a value, a
+    comma list, a sweep function) do not name, as text ('algo ppo'); empty where they name every one, or where the
+    sweep does not choose them (an experiment's grid) or renames them (env.name=, algo.name=)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # an override this reading cannot parse: nothing is claimed
+        return ""
+    chosen = {override.key_or_group: override for override in parsed}
     missing = []
-    for key, field in (("env", "env"), ("algo", "algo")):
-        given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key]
-        if not given or any(bracket in given[0] for bracket in "()[]{}$"):
-            continue  # not chosen here, or chosen by a sweep function this reading does not parse
-        named = set(given[0].split(","))
-        if field == "env":  # a run's env is its task's name, which conf/env/<name>.yaml gives
-            held = sorted({run["env"] for run in runs if run["config"]["env"].get("name") not in named
-                           and run["env"] not in named})
-        else:
-            held = sorted({run["algo"] for run in runs if run["algo"] not in named})
+    for key in ("env", "algo"):
+        override = chosen.get(key)
+        if override is None or f"{key}.name" in chosen:
+            continue
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        named = {getattr(value, "text", value) for value in values}  # a quoted value as Hydra passes it on
+        held = sorted({run[key] for run in runs if run[key] not in named})
         if held:
             missing.append(f"{key} {', '.join(held)}")
     return "; ".join(missing)

@@ -196,9 +196,10 @@ def mixed_configurations(runs: list[dict], swept: tuple[str, ...] = ()) -> str |
         first = configuration(group[0])
         for run in group[1:]:
             if keys := keys_between([first, configuration(run)]):
+                takes = (f"a figure over {', '.join(swept)} takes the seeds of one configuration at each of its "
+                         f"points" if swept else "a table takes the seeds of one")
                 return (f"{env}/{algo} holds runs of more than one configuration ({group[0]['dir']} and {run['dir']} "
-                        f"differ in: {', '.join(keys)}): a table takes the seeds of one; name each configuration's "
-                        f"directory on its own")
+                        f"differ in: {', '.join(keys)}): {takes}; name each configuration's directory on its own")
         points = [(tuple(value(run, key) for key in swept), run["seed"]) for run in group]
         if twice := [run for run, point in zip(group, points) if points.count(point) > 1]:
             return (f"{env}/{algo} holds seed {twice[0]['seed']} more than once ({twice[0]['dir']} and "

@@ -255,8 +255,14 @@ def test_a_rerun_of_a_population_whose_unfinished_seeds_all_stopped_trains_nothi
     assert [line for line in again.stderr.splitlines() if not line.startswith("note: ")] == [
         f"already complete, skipped: {tmp_path}/job/seed1 (final eval return "
         f"{json.loads((tmp_path / 'job' / 'seed1' / 'summary.json').read_text())['final_eval_return_mean']:.2f})",
-        f"stopped, skipped: {stopped} ({error}; restart=true trains the population again)"]
+        f"stopped, skipped: {stopped} ({error}; restart=true trains it again)"]
     assert (stopped / "summary.json").read_bytes() == summary
+    # seed 0 alone (a population of one): the same result, said the same way, and a failed run's exit status
+    alone = [argument.replace("seeds=[0,1]", "seed=0").replace("/job", "/alone") for argument in command]
+    assert run_python(alone, cwd=ROOT).returncode == 1
+    again = run_python(alone, cwd=ROOT)
+    assert again.returncode == 1 and again.stderr.splitlines()[-1] == (
+        f"stopped, skipped: {tmp_path}/alone ({error}; restart=true trains it again)")  # (it trained to it again)
 
 
 @pytest.mark.parametrize("env_id, num_envs, min_ends", [("CartPole-v1", 3, 200), ("Pendulum-v1", 1, 15)])

@@ -107,8 +107,9 @@ def test_sensitivity_sweep_gives_a_heatmap(make_config, tmp_path, capsys):
     with pytest.raises(SystemExit):
         report_main([str(suite), "--out", str(tmp_path / "out")])
     assert (f"sensitivity: not reported: CartPole/outer_ppo_nesterov holds runs of more than one configuration "
-            f"({suite / 'sigma0.5_mu0.0'} and {suite / 'sigma0.5_mu0.0_ent0.01'} differ in: algo.ent_coef)"
-            ) in capsys.readouterr().out
+            f"({suite / 'sigma0.5_mu0.0'} and {suite / 'sigma0.5_mu0.0_ent0.01'} differ in: algo.ent_coef): a figure "
+            f"over algo.outer_optimizer.lr, algo.outer_optimizer.momentum takes the seeds of one configuration at "
+            f"each of its points") in capsys.readouterr().out
 
 
 def test_bootstrap_ci_and_iqm_on_known_values():
@@ -294,6 +295,11 @@ def test_a_suite_filled_by_several_sweeps_says_its_command_made_only_part_of_it(
     assert made_by(tmp_path, runs) == (f"`{command}` and earlier commands into the same directory (its runs of "
                                        f"algo ppo)")
     assert made_by(tmp_path, [run for run in runs if run["algo"] == "ppo_kl"]) == f"`{command}`"
+    # Hydra's own readings: a list with a space, a quoted value; a renamed preset is the sweep's own
+    for task in (["env=CartPole,Acrobot", "algo=ppo, ppo_kl"], ["env=CartPole,Acrobot", "algo='ppo',ppo_kl"],
+                 ["env=CartPole,Acrobot", "algo=ppo", "algo.algorithm=mine:Mine", "algo.name=ppo_kl"]):
+        OmegaConf.save({"hydra": {"overrides": {"task": task, "hydra": []}}}, tmp_path / "multirun.yaml")
+        assert " and earlier commands" not in made_by(tmp_path, runs), task
 
 
 def test_a_sweeps_command_keeps_an_interpolated_subdir_as_typed_and_quoted_for_the_shell(tmp_path):

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -180,12 +181,39 @@ def test_a_stop_signal_in_the_last_iteration_completes_the_run_and_still_stops_t
     cfg = make_config(["algo=ppo", *SMALL_RUN, *QUIET, "total_steps=2048",
                        *([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])])
     run_dirs = [tmp_path / f"seed{seed}" for seed in seeds] if seeds else [tmp_path / "run"]
-    with pytest.raises(trainer.TrainingInterrupted, match=r"^SIGTERM in the last iteration: the run completed first "
-                                                          r"\(2048 env steps\); rerunning the command skips it$"):
+    with pytest.raises(trainer.TrainingInterrupted, match=r"^SIGTERM in the iteration the run completed in \(2048 "
+                                                          r"env steps\); rerunning the command skips it$"):
         train_batch(cfg, run_dirs) if seeds else train(cfg, run_dirs[0])
     for run_dir in run_dirs:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["env_steps"] == 2048
+
+
+@pytest.mark.parametrize("seeds", [None, [0, 1]])
+def test_a_stop_signal_in_the_iteration_every_seed_stopped_in_still_stops_the_process(seeds, make_config, tmp_path,
+                                                                                      monkeypatch):
+    """The failures are recorded, then the signal is handed over (it was dropped: the run's error ended it, and in a
+    sweep the next job started)."""
+    from benchmarks.engine import trainer
+    from benchmarks.engine.batch_trainer import train_batch
+
+    def signal_and_poison(algorithm, rollout, iteration):
+        if iteration == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            with torch.no_grad():
+                algorithm.policy.actor.layers[0].weight.fill_(float("nan"))
+
+    before_each_update(monkeypatch, signal_and_poison)
+    cfg = make_config(["algo=ppo", "algo.backend=torch", *SMALL_RUN, *QUIET,
+                       *([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])])
+    run_dirs = [tmp_path / f"seed{seed}" for seed in seeds] if seeds else [tmp_path / "run"]
+    ended = ("the run stopped in (non-finite " if seeds is None else
+             "every seed of the batch stopped in (see their summary.json)")
+    with pytest.raises(trainer.TrainingInterrupted, match=rf"^SIGTERM in the iteration {re.escape(ended)}"):
+        train_batch(cfg, run_dirs) if seeds else train(cfg, run_dirs[0])
+    for run_dir in run_dirs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and summary["error"].startswith("NonFiniteError: non-finite ")
 
 
 def test_a_stop_without_checkpoints_says_the_rerun_starts_over(make_config, tmp_path, monkeypatch):

@@ -682,6 +682,10 @@ def test_a_change_to_a_word_list_a_task_reads_names_a_new_model(monkeypatch):
     assert tasks.get_task("praise").judge([], ["fresh", ".", "<eos>"]) == -1.0  # its judge reads them
     after = {what: models.build_name("praise", what) for what in models.BUILDS}
     assert all(after[what] != before[what] for what in models.BUILDS)
+    # a value whose text could differ between processes is refused, not fingerprinted
+    with pytest.raises(TypeError, match="^the task module's LOGGER is not a literal \\(object\\)"):
+        models.literal_text("LOGGER", object())
+    assert models.literal_text("WORDS", {"b", "a"}) == "['a', 'b']"
     # the base class's labeller and preferences are part of every task's definition
     assert any(part.startswith("@dataclass(frozen=True)\nclass Task:")
                for part in models.task_definition(tasks.get_task("arithmetic")))

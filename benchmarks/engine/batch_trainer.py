@@ -706,9 +706,9 @@ def stopped_on_non_finite(run_dir: Path, cfg: DictConfig | None = None) -> str |
     error = summary.get("error") if isinstance(summary, dict) and summary.get("status") == "failed" else None
     if not (isinstance(error, str) and error.startswith("NonFiniteError: ")):
         return None
-    if cfg is not None and "config" in summary and (numbers_relevant(summary["config"]) !=
-                                                    numbers_relevant(OmegaConf.to_container(cfg, resolve=True))):
-        return None
+    if cfg is not None and ("config" not in summary or numbers_relevant(summary["config"]) !=
+                            numbers_relevant(OmegaConf.to_container(cfg, resolve=True))):
+        return None  # another config's run (or one recorded without its config): not this one's result
     return error
 
 
@@ -721,7 +721,7 @@ def lockstep_checkpoints(runs: list[SeedRun], one_run: bool = False) -> list[dic
     if all(checkpoint is None for checkpoint in newest):
         return newest
     for run in runs:
-        run.error = None if one_run else stopped_on_non_finite(run.run_dir)
+        run.error = None if one_run else stopped_on_non_finite(run.run_dir, run.cfg)
         run.active = run.error is None
     training = [(run, checkpoint) for run, checkpoint in zip(runs, newest) if run.active]
     if not training:
@@ -936,6 +936,9 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
                         next_checkpoint_at += checkpoint_every
                     phases.add("logging and checkpoints", time.perf_counter() - checkpoint_start)
                 if not any(run.active for run in runs):
+                    if signals.received is not None:  # the process still stops (each failure is recorded)
+                        signals.hand_over(env_steps, f"the run stopped in ({runs[0].error})" if one_run else
+                                          "every seed of the batch stopped in (see their summary.json)")
                     if one_run:
                         raise runs[0].error
                     raise NonFiniteError("every seed of the batch failed (see their summary.json)")
@@ -972,5 +975,6 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
             batched=batched_info, versions=versions(), machine=machine(), git_commit=commit, config=run.config,
             **source, **task_models(run.envs)))
     if signals.received is not None:  # it arrived in the last iteration: the run completed, the process stops
-        signals.hand_over(num_iterations * steps_per_iteration, complete=True)
+        env_steps = num_iterations * steps_per_iteration
+        signals.hand_over(env_steps, f"the run completed in ({env_steps} env steps); rerunning the command skips it")
     return summaries

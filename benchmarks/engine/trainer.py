@@ -97,14 +97,14 @@ class NonFiniteError(RuntimeError):
 
 class TrainingInterrupted(Exception):
     """A stop signal arrived (PreemptionSignals); the state is checkpointed and the run can resume, unless
-    checkpoints are off (logging.checkpoint=false). complete: it arrived in the run's last iteration, which
-    completed the run first; the signal still stops the process (a sweep's next job does not start)."""
+    checkpoints are off (logging.checkpoint=false). ended: how the run ended in the iteration the signal arrived
+    in (it completed, or it stopped on non-finite numbers); the signal still stops the process (a sweep's next
+    job does not start)."""
 
-    def __init__(self, signum: int, env_steps: int, checkpointed: bool = True, complete: bool = False):
+    def __init__(self, signum: int, env_steps: int, checkpointed: bool = True, ended: str | None = None):
         self.signum, self.env_steps = signum, env_steps
-        if complete:
-            super().__init__(f"{signal.Signals(signum).name} in the last iteration: the run completed first "
-                             f"({env_steps} env steps); rerunning the command skips it")
+        if ended is not None:
+            super().__init__(f"{signal.Signals(signum).name} in the iteration {ended}")
             return
         resume = ("checkpoint written; rerun the same command to resume" if checkpointed else
                   "no checkpoint (logging.checkpoint=false): rerunning the command trains the run again from the start")
@@ -162,14 +162,14 @@ class PreemptionSignals:
             signal.signal(signum, handler)
         self.arrived = dict.fromkeys(self.arrived)  # the signals stay known; the frames they hold go
 
-    def hand_over(self, env_steps: int, complete: bool = False) -> None:
+    def hand_over(self, env_steps: int, ended: str | None = None) -> None:
         """Gives the handlers back and passes the signal on: to the handler installed before (submitit's requeues
-        the job), then TrainingInterrupted. complete: the run completed in the iteration the signal arrived in."""
+        the job), then TrainingInterrupted. ended: how the run ended in the iteration the signal arrived in."""
         signum, previous = self.received, self.previous.get(self.received)
         self.__exit__()
         if callable(previous) and previous is not signal.default_int_handler:
             previous(signum, None)  # submitit: checkpoint() -> requeue -> exit
-        raise TrainingInterrupted(signum, env_steps, self.checkpointed, complete)
+        raise TrainingInterrupted(signum, env_steps, self.checkpointed, ended)
 
 
 def check_finite(algorithm, stats: dict, iteration: int, env_steps: int, rollout=None, next_obs=None) -> None:

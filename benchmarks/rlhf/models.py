@@ -249,8 +249,27 @@ def task_definition(task: Task) -> list[str]:
                 if inspect.isfunction(value):
                     read_by(value.__code__)
         else:
-            parts.append(f"{name} = {sorted(value) if isinstance(value, (set, frozenset)) else value!r}")
+            parts.append(f"{name} = {literal_text(name, value)}")
     return [inspect.getsource(cls) for cls in classes] + sorted(parts)
+
+
+def literal_text(name: str, value) -> str:
+    """A task's module-level value as text that is the same in every process: its repr, a set's sorted; literals
+    only (an object's repr can hold its address, a set inside a container the hash seed's order)."""
+    def literal(item, top: bool) -> bool:
+        if isinstance(item, (set, frozenset)):
+            return top and all(literal(element, False) for element in item)
+        if isinstance(item, (tuple, list)):
+            return all(literal(element, False) for element in item)
+        if isinstance(item, dict):
+            return all(literal(k, False) and literal(v, False) for k, v in item.items())
+        return isinstance(item, (str, int, float, bool))
+
+    if not literal(value, True):
+        raise TypeError(f"the task module's {name} is not a literal ({type(value).__name__}): a value a task reads "
+                        f"must be str, numbers, tuples, lists, dicts of them (or a set of them) for its models' "
+                        f"fingerprint")
+    return repr(sorted(value)) if isinstance(value, (set, frozenset)) else repr(value)
 
 
 def build_name(task_name: str, what: str) -> str:
