@@ -697,8 +697,8 @@ class BatchPhaseTimes:
 
 
 def stopped_on_non_finite(run_dir: Path, cfg: DictConfig | None = None) -> str | None:
-    """The error of a seed of a population that stopped alone when its numbers went non-finite (its summary.json,
-    written by the loop below), else None; given cfg (the seed's), only a run of that config."""
+    """The error of a run (a single run, or a population's seed that stopped alone) whose numbers went non-finite,
+    as its summary.json records it (the loop below writes it), else None; given cfg, only a run of that config."""
     try:
         summary = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
@@ -790,7 +790,10 @@ def train_batch_locked(cfg: DictConfig, run_dirs: list[Path], seeds: list[int], 
         if announce is not None:
             announce()
         for run, checkpoint in zip(runs, checkpoints):
-            run.start(checkpoint) if run.active else run.park(checkpoint)
+            if run.active:
+                run.start(checkpoint)
+            else:
+                run.park(checkpoint)
         population.optimizer_from_seeds()
         leader = next(run for run in runs if run.active)  # where every training seed stands
         start_iteration = leader.iteration + 1
