@@ -1103,8 +1103,8 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     runs = load_runs(suite_dir, skipped)
     for run_dir, reason in skipped:
         print(f"{suite_dir.name}: skipped {run_dir.relative_to(suite_dir)}: {reason}")
-    if not runs:
-        return f"{suite_dir}: no complete runs, skipped"
+    if not runs:  # nothing to report is a failure to report, as summarize says it (exit 1), not a quiet skip
+        raise NotReported(suite_dir.name, f"no complete runs under {suite_dir}")
     suite = suite_dir.name
     (out / "tables").mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)

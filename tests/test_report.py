@@ -193,6 +193,17 @@ def test_report_skips_failed_partial_and_corrupt_runs_and_says_why(make_config, 
         runs_to_check([good.parent / "seed1"], one_per_preset=False)
 
 
+def test_a_suite_with_no_complete_run_is_not_reported_and_the_command_fails(tmp_path, capsys):
+    """As summarize does (exit 1): the report said 'no complete runs, skipped' and exited 0, which a script took
+    for a report made."""
+    suite = tmp_path / "runs" / "empty"
+    (suite / "CartPole" / "ppo" / "seed0").mkdir(parents=True)  # a run killed before its first summary
+    with pytest.raises(SystemExit) as refused:
+        report_main([str(suite), "--out", str(tmp_path / "out")])
+    assert str(refused.value) == "error: not reported: empty (above: why)"
+    assert f"empty: not reported: no complete runs under {suite}" in capsys.readouterr().out
+
+
 def test_a_run_that_finishes_no_training_episode_is_reported_packed_or_not(make_config, tmp_path, capsys):
     """A budget shorter than the task's episodes (MountainCar's last 200 steps): episodes.csv holds its header alone,
     and the report reads the run, its last-100 training metric empty; so too an episodes.csv left empty by such a
