@@ -865,9 +865,10 @@ def aggregate_markdown(table: pd.DataFrame, suite: str) -> str:
 SENSITIVITY_AXES = ("algo.outer_optimizer.lr", "algo.outer_optimizer.momentum")  # a sensitivity grid's axes
 
 
-def left_out_of_the_grid(runs: list[dict], gridded: list[dict]) -> str:
-    """What a sensitivity suite's report leaves out, said: the runs of its other presets (PPO's among them)."""
-    others = sorted({(run["env"], run["algo"]) for run in runs if not any(run is grid_run for grid_run in gridded)})
+def left_out_of_the_grid(runs: list[dict], gridded: set[tuple[str, str]]) -> str:
+    """What a sensitivity suite's report leaves out, said: the runs of its other presets (PPO's among them), given
+    the (task, preset) pairs its grids draw."""
+    others = sorted({(run["env"], run["algo"]) for run in runs} - gridded)
     return (f"; left out (a sensitivity suite reports its grid): {', '.join(f'{env}/{algo}' for env, algo in others)}"
             if others else "")
 
@@ -1109,20 +1110,22 @@ def report_suite(suite_dir: Path, out: Path, plots: bool = True) -> str:
     (out / "tables").mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     if grids := sensitivity_grids(runs):  # a sensitivity grid: its heatmap is the result (tables would merge points)
-        gridded = [run for run in runs if (run["env"], run["algo"]) in {(env, algo) for env, (algo, _) in grids.items()}]
-        if mixed := mixed_configurations(gridded, swept=SENSITIVITY_AXES):  # a cell's seeds are one configuration's
+        gridded = {(env, algo) for env, (algo, _) in grids.items()}
+        # a cell's seeds are one configuration's
+        if mixed := mixed_configurations([run for run in runs if (run["env"], run["algo"]) in gridded],
+                                         swept=SENSITIVITY_AXES):
             raise NotReported(suite, mixed)
         written = plot_sensitivity(runs, suite, out / "plots") if plots else []
         return (f"{suite}: {len(runs)} runs -> {len(written)} sensitivity plot files"
                 + left_out_of_the_grid(runs, gridded))
     written = []
-    if any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values()):
-        # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
-        if mixed := mixed_configurations(runs, swept=("env.kl_penalty.coef",)):
-            raise NotReported(suite, mixed)
-        frontier = plot_kl_frontier(runs, suite, out / "plots") if plots else []
-        return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
+    # a KL-coefficient sweep: its frontier is the result; a table per (task, preset) would merge the settings
+    kl_sweep = any(len({kl_coef(run) for run in group}) > 1 for group in group_runs(runs).values())
+    if kl_sweep and (mixed := mixed_configurations(runs, swept=("env.kl_penalty.coef",))):
+        raise NotReported(suite, mixed)
     frontier = plot_kl_frontier(runs, suite, out / "plots") if plots else []
+    if kl_sweep:
+        return f"{suite}: {len(runs)} runs of several KL coefficients per preset -> {len(frontier)} frontier plot files"
     aggregate_files = [out / "tables" / f"{suite}_aggregate.csv", out / "tables" / f"{suite}_aggregate.md",
                        out / "plots" / f"{suite}_aggregate.png", out / "plots" / f"{suite}_sample_efficiency.png"]
     if (mixed := mixed_configurations(runs)) is not None:

@@ -856,7 +856,8 @@ def report(tune: str, out: Path, storage: str | None = None) -> None:
         if row["pruned"]:
             lines += ["", *trial_lines(row["study"])]
     out.mkdir(parents=True, exist_ok=True)
-    name = sqlite_file(storage).stem if storage and sqlite_file(storage) else tune
+    database = sqlite_file(storage) if storage else None
+    name = database.stem if database is not None else tune
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -1002,16 +1003,16 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "apply":
         apply_best(args.tune, args.algo, args.storage)
     else:
-        out, own = args.out, tune_config(args.tune)["hydra"]["sweeper"]["storage"]
-        if args.storage is not None and sqlite_file(args.storage) and sqlite_file(own) and \
-                sqlite_file(args.storage).resolve() == sqlite_file(own).resolve():
+        out, own = args.out, sqlite_file(tune_config(args.tune)["hydra"]["sweeper"]["storage"])
+        database = sqlite_file(args.storage) if args.storage is not None else None
+        if database is not None and own is not None and database.resolve() == own.resolve():
             args.storage = None  # the round's own database: its own report
         if out is None and args.storage is None:
             out = PROJECT_ROOT / "results" / "tuning"
         elif out is None:  # not over the round's committed report
-            if sqlite_file(args.storage) is None:
+            if database is None:
                 show.error(f"--storage {args.storage} is no SQLite file to write beside: give --out")
-            out = sqlite_file(args.storage).parent
+            out = database.parent
         report(args.tune, out, args.storage)
 
 
